@@ -1,0 +1,40 @@
+//! `huddle`: detect who talks to whom in a parallel program, map tasks onto the machine, and
+//! move them while the program runs. Each subcommand lives in its own module.
+
+mod exit;
+mod machine_args;
+mod topo;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "huddle",
+    version,
+    about = "Put communicating tasks, and their memory, close together on the machine",
+    long_about = "huddle watches an unmodified parallel program (threads, processes, MPI ranks), \
+                  detects which tasks communicate, maps them onto the machine's hierarchy so that \
+                  partners share caches, and moves them while the program runs.\n\n\
+                  Locations of CPUs use hwloc's syntax: pu:0-3, core:2, package:1.core:0, numa:0, \
+                  or bare OS indexes 0-3,8 as taskset takes them.\n\n\
+                  Exit codes: 0 success, 1 runtime failure, 2 bad input; `run` and `detect` \
+                  return the target's own exit status."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the machine model: levels, caches, NUMA nodes, PU OS indexes (hwloc underneath)
+    Topo(topo::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Topo(a) => topo::run(a),
+    };
+    std::process::exit(exit::report(result));
+}

@@ -1,0 +1,126 @@
+//! `huddle topo` end to end: the acceptance checks and bad input.
+
+use std::process::{Command, Output};
+
+fn huddle(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_huddle"))
+        .args(args)
+        .output()
+        .expect("huddle runs")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+#[test]
+fn synthetic_json_reports_the_documented_counts() {
+    let v = json(&huddle(&[
+        "topo",
+        "--synthetic",
+        "pack:2 l3:2 core:4 pu:2",
+        "--json",
+    ]));
+    assert_eq!(v["schema"], "huddle.topology/1");
+    assert_eq!(v["counts"]["pu"], 32);
+    assert_eq!(v["counts"]["core"], 16);
+    assert_eq!(v["counts"]["l3"], 4);
+    assert_eq!(v["counts"]["package"], 2);
+    let pus = v["pus"].as_array().unwrap();
+    assert_eq!(pus.len(), 32);
+    for key in [
+        "os_index",
+        "logical_index",
+        "core",
+        "l1",
+        "l2",
+        "l3",
+        "numa",
+        "package",
+        "allowed",
+    ] {
+        assert!(pus[0].get(key).is_some(), "pus[0] lacks {key}");
+    }
+    assert_eq!(pus[17]["core"], 8);
+    assert_eq!(pus[17]["l3"], 2);
+    assert_eq!(pus[17]["package"], 1);
+}
+
+#[test]
+fn this_machine_prints_a_tree() {
+    let out = huddle(&["topo"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("this machine:"), "{text}");
+    assert!(text.contains("PU L#0 P#"), "{text}");
+}
+
+#[test]
+fn xml_tree_shows_numa_nodes_and_caches() {
+    let shared = std::env::var("HUDDLE_SHARED")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared").to_string());
+    let file = format!("{shared}/data/topologies/16amd64-4distances.xml");
+    let out = huddle(&["topo", "--xml", &file]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("NUMANode L#").count(), 8);
+    assert!(text.contains("NUMA distances"));
+    let v = json(&huddle(&["topo", "--xml", &file, "--json"]));
+    assert_eq!(v["numa_distances"].as_array().unwrap().len(), 8);
+}
+
+#[test]
+fn locations_resolve_to_os_indexes() {
+    let out = huddle(&[
+        "topo",
+        "--synthetic",
+        "pack:2 l3:2 core:4 pu:2",
+        "--resolve",
+        "package:1.core:0",
+    ]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "16,17");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let cases: &[&[&str]] = &[
+        &["topo", "--xml", "/dev/null"],
+        &["topo", "--xml", "/nonexistent/machine.xml"],
+        &["topo", "--xml", "Cargo.toml"],
+        &["topo", "--synthetic", "pack:0 pu:2"],
+        &["topo", "--synthetic", "pack:100000 core:100000 pu:100000"],
+        &["topo", "--synthetic", "pack:2 bogus:2 pu:2"],
+        &["topo", "--synthetic", "pack:2 pu:2", "--resolve", "core:99"],
+        &["topo", "--synthetic", "pack:2 pu:2", "--costs", "l3=-4"],
+    ];
+    for args in cases {
+        let out = huddle(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("huddle: "), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn help_explains_each_subcommand() {
+    let out = huddle(&["--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("topo"), "{text}");
+    let out = huddle(&["topo", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--xml", "--synthetic", "--json", "--resolve", "--costs"] {
+        assert!(text.contains(flag), "topo --help lacks {flag}");
+    }
+}

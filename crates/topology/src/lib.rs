@@ -1,0 +1,370 @@
+//! huddle's machine model.
+//!
+//! hwloc discovers the machine (running system, XML export or synthetic description); this
+//! crate copies what huddle needs out of hwloc once, into plain vectors, so that every other
+//! part can ask "how far apart are PU a and PU b" in O(tree depth) without touching hwloc.
+//!
+//! The tree holds the CPU-side hierarchy (machine, groups, packages, dies, L3/L2/L1 caches,
+//! cores, PUs) in depth-first order; NUMA nodes hang off the tree node whose CPUs they are
+//! local to, as in hwloc 2. Every tree node covers a contiguous range of PUs in logical order,
+//! which is what makes the deepest-common-ancestor query cheap.
+
+mod cluster;
+mod load;
+mod location;
+
+pub use cluster::Cluster;
+pub use load::{Source, MAX_PUS};
+pub use location::parse_location;
+
+use serde::Serialize;
+use std::fmt;
+
+/// What went wrong while building a model or resolving a location. Each message names the
+/// input at fault, in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("{path}: {reason}")]
+    BadFile { path: String, reason: String },
+    #[error("synthetic description '{desc}': {reason}")]
+    BadSynthetic { desc: String, reason: String },
+    #[error("location '{location}': {reason}")]
+    BadLocation { location: String, reason: String },
+    #[error("level costs '{spec}': {reason}")]
+    BadCosts { spec: String, reason: String },
+    #[error("cluster: {0}")]
+    BadCluster(String),
+    #[error("hwloc could not discover this machine: {0}")]
+    Discovery(String),
+}
+
+/// The kinds of tree node huddle keeps. Instruction caches, I/O and Misc objects are dropped:
+/// they say nothing about where communicating tasks should sit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjKind {
+    Machine,
+    Group,
+    Package,
+    Die,
+    L5,
+    L4,
+    L3,
+    L2,
+    L1,
+    Core,
+    Pu,
+}
+
+impl ObjKind {
+    /// The name hwloc's location syntax and `huddle topo` use for this kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjKind::Machine => "machine",
+            ObjKind::Group => "group",
+            ObjKind::Package => "package",
+            ObjKind::Die => "die",
+            ObjKind::L5 => "l5",
+            ObjKind::L4 => "l4",
+            ObjKind::L3 => "l3",
+            ObjKind::L2 => "l2",
+            ObjKind::L1 => "l1",
+            ObjKind::Core => "core",
+            ObjKind::Pu => "pu",
+        }
+    }
+}
+
+/// The sharing levels that communication costs are defined on, from nearest to farthest.
+/// The level of a pair of PUs is the finest resource they share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// The same PU (two tasks time-share it).
+    Pu,
+    /// Two hardware threads of one core.
+    Core,
+    L1,
+    L2,
+    /// Any last-level cache above L2 (L3, L4, L5).
+    L3,
+    Numa,
+    Package,
+    /// The same machine, across packages or groups.
+    Machine,
+    /// Different machines of a cluster.
+    Network,
+}
+
+impl Level {
+    pub const ALL: [Level; 9] = [
+        Level::Pu,
+        Level::Core,
+        Level::L1,
+        Level::L2,
+        Level::L3,
+        Level::Numa,
+        Level::Package,
+        Level::Machine,
+        Level::Network,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Pu => "pu",
+            Level::Core => "core",
+            Level::L1 => "l1",
+            Level::L2 => "l2",
+            Level::L3 => "l3",
+            Level::Numa => "numa",
+            Level::Package => "package",
+            Level::Machine => "machine",
+            Level::Network => "network",
+        }
+    }
+
+    fn from_kind(kind: ObjKind) -> Level {
+        match kind {
+            ObjKind::Pu => Level::Pu,
+            ObjKind::Core => Level::Core,
+            ObjKind::L1 => Level::L1,
+            ObjKind::L2 => Level::L2,
+            ObjKind::L3 | ObjKind::L4 | ObjKind::L5 => Level::L3,
+            ObjKind::Package | ObjKind::Die => Level::Package,
+            ObjKind::Group | ObjKind::Machine => Level::Machine,
+        }
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Cost of communicating across each level. Defaults follow the usual ratio of access
+/// latencies (L1 ~1 ns, L2 ~4 ns, L3 ~15 ns, local DRAM ~80 ns, remote ~130 ns, network
+/// ~1.5 us), compressed so that a network hop is about 20 L2 hops; the mapping algorithms
+/// only need the order and rough ratios. Override with [`LevelCosts::parse`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LevelCosts {
+    costs: [f64; 9],
+}
+
+impl Default for LevelCosts {
+    fn default() -> Self {
+        LevelCosts {
+            //      pu   core l1   l2   l3   numa pkg  mach  net
+            costs: [0.0, 1.0, 1.0, 2.0, 4.0, 8.0, 10.0, 12.0, 40.0],
+        }
+    }
+}
+
+impl LevelCosts {
+    pub fn get(&self, level: Level) -> f64 {
+        self.costs[level as usize]
+    }
+
+    /// Parses `level=cost,...` (e.g. `l3=5,network=100`), starting from the defaults.
+    /// Costs must be finite, non-negative and must not fall from a nearer level to a farther one.
+    pub fn parse(spec: &str) -> Result<LevelCosts, TopologyError> {
+        let bad = |reason: String| TopologyError::BadCosts {
+            spec: spec.to_string(),
+            reason,
+        };
+        let mut out = LevelCosts::default();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| bad(format!("'{item}' is not level=cost")))?;
+            let level = Level::ALL
+                .into_iter()
+                .find(|l| l.name() == name.trim())
+                .ok_or_else(|| bad(format!("unknown level '{}'", name.trim())))?;
+            let cost: f64 = value
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("'{}' is not a number", value.trim())))?;
+            if !cost.is_finite() || cost < 0.0 {
+                return Err(bad(format!("cost of {level} must be finite and >= 0")));
+            }
+            out.costs[level as usize] = cost;
+        }
+        if out.costs.windows(2).any(|w| w[1] < w[0]) {
+            return Err(bad(
+                "costs must not decrease from nearer to farther levels".into()
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// One NUMA node (memory controller domain).
+#[derive(Clone, Debug, Serialize)]
+pub struct NumaNode {
+    pub os_index: u32,
+    pub logical_index: u32,
+    /// Local memory in bytes, when the source says.
+    pub memory: Option<u64>,
+    /// The tree node whose PUs are local to this memory.
+    #[serde(skip)]
+    pub attached_to: u32,
+}
+
+/// One node of the CPU-side tree.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub kind: ObjKind,
+    /// hwloc's logical index among objects of the same kind (and, for groups, same depth).
+    pub logical_index: u32,
+    pub os_index: Option<u32>,
+    pub parent: Option<u32>,
+    pub children: Vec<u32>,
+    /// Depth in huddle's tree (root = 0).
+    pub depth: u16,
+    /// Cache size in bytes for caches.
+    pub cache_size: Option<u64>,
+    /// PUs covered, as a half-open range of PU logical indexes.
+    pub pu_range: (u32, u32),
+    /// NUMA nodes attached here (indexes into [`Machine::numa_nodes`]).
+    pub numa: Vec<u32>,
+}
+
+/// One processing unit (hardware thread), with the logical index of each enclosing object.
+#[derive(Clone, Debug, Serialize)]
+pub struct Pu {
+    pub os_index: u32,
+    pub logical_index: u32,
+    pub core: Option<u32>,
+    pub l1: Option<u32>,
+    pub l2: Option<u32>,
+    pub l3: Option<u32>,
+    pub numa: Option<u32>,
+    pub package: Option<u32>,
+    /// False when the process may not run here (cpuset, cgroup or affinity mask).
+    pub allowed: bool,
+    /// The tree node of this PU.
+    #[serde(skip)]
+    pub node: u32,
+}
+
+/// The model of one machine.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    pub source: Source,
+    pub nodes: Vec<Node>,
+    pub pus: Vec<Pu>,
+    pub numa_nodes: Vec<NumaNode>,
+    /// NUMA relative latencies (row-major, NUMA logical order) when the source has them.
+    pub numa_distances: Option<Vec<Vec<u64>>>,
+    /// CPUs' worth of time the cgroup allows (cpu.max quota / period), if limited.
+    pub cpu_quota: Option<f64>,
+    pub costs: LevelCosts,
+}
+
+impl Machine {
+    pub fn num_pus(&self) -> usize {
+        self.pus.len()
+    }
+
+    /// Logical indexes of PUs this process may use.
+    pub fn allowed_pus(&self) -> impl Iterator<Item = usize> + '_ {
+        self.pus
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.allowed)
+            .map(|(i, _)| i)
+    }
+
+    /// The finest level two PUs (by logical index) share. Panics if an index is out of range:
+    /// indexes come from the model itself.
+    pub fn level(&self, a: usize, b: usize) -> Level {
+        if a == b {
+            return Level::Pu;
+        }
+        let pb = b as u32;
+        let mut node = &self.nodes[self.pus[a].node as usize];
+        while !(node.pu_range.0 <= pb && pb < node.pu_range.1) {
+            // The root covers every PU, so this always ends.
+            node = &self.nodes[node.parent.expect("root covers all PUs") as usize];
+        }
+        let by_tree = Level::from_kind(node.kind);
+        // A common ancestor that holds a NUMA node (a package with its memory controller, an
+        // SNC group) means the pair shares local memory, which is nearer than the ancestor's
+        // own kind says. A single machine-wide NUMA node distinguishes nothing.
+        if self.numa_nodes.len() > 1 && !node.numa.is_empty() && by_tree > Level::Numa {
+            Level::Numa
+        } else {
+            by_tree
+        }
+    }
+
+    /// Communication cost between two PUs (logical indexes) under this model's level costs.
+    pub fn distance(&self, a: usize, b: usize) -> f64 {
+        self.costs.get(self.level(a, b))
+    }
+
+    /// Logical index of the PU with this OS index.
+    pub fn pu_by_os(&self, os_index: u32) -> Option<usize> {
+        self.pus.iter().position(|p| p.os_index == os_index)
+    }
+
+    /// Number of tree nodes of each kind, plus NUMA nodes.
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts::default();
+        for n in &self.nodes {
+            match n.kind {
+                ObjKind::Machine => c.machine += 1,
+                ObjKind::Group => c.group += 1,
+                ObjKind::Package => c.package += 1,
+                ObjKind::Die => c.die += 1,
+                ObjKind::L5 | ObjKind::L4 => c.l4 += 1,
+                ObjKind::L3 => c.l3 += 1,
+                ObjKind::L2 => c.l2 += 1,
+                ObjKind::L1 => c.l1 += 1,
+                ObjKind::Core => c.core += 1,
+                ObjKind::Pu => c.pu += 1,
+            }
+        }
+        c.numa = self.numa_nodes.len();
+        c
+    }
+
+    /// Tree nodes of one kind, in logical order.
+    pub fn nodes_of(&self, kind: ObjKind) -> impl Iterator<Item = &Node> + '_ {
+        let mut v: Vec<&Node> = self.nodes.iter().filter(|n| n.kind == kind).collect();
+        v.sort_by_key(|n| n.logical_index);
+        v.into_iter()
+    }
+
+    /// Approximate heap size of the model in bytes (the 16 384-PU budget is checked on it).
+    pub fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node>()
+            + self
+                .nodes
+                .iter()
+                .map(|n| n.children.capacity() * 4 + n.numa.capacity() * 4)
+                .sum::<usize>()
+            + self.pus.capacity() * std::mem::size_of::<Pu>()
+    }
+}
+
+/// Per-level object counts, as `huddle topo --json` reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub machine: usize,
+    pub group: usize,
+    pub package: usize,
+    pub die: usize,
+    pub numa: usize,
+    /// L4 and L5 caches together.
+    pub l4: usize,
+    pub l3: usize,
+    pub l2: usize,
+    pub l1: usize,
+    pub core: usize,
+    pub pu: usize,
+}
+
+#[cfg(test)]
+mod tests;

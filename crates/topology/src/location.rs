@@ -1,0 +1,174 @@
+//! hwloc's location syntax, as `hwloc-calc` and `hwloc-bind` accept it, over huddle's model.
+//!
+//! hwloc exposes this parser only inside its command-line tools (`hwloc-calc`), not in
+//! libhwloc, so huddle implements the same grammar on its model and its tests check the
+//! result against `hwloc-calc` on the same topology.
+//!
+//! ```text
+//! locations := term { (' ' | ';') term }        union, in order; '~term' removes
+//! term      := 'all' | oslist | step { '.' step }
+//! step      := type ':' indexes                  indexes are logical, relative to the parent
+//! indexes   := item { ',' item } ;  item := N | N-M | 'all' | 'odd' | 'even'
+//! oslist    := N | N-M { ',' ... }               bare numbers are PU OS indexes (taskset -c)
+//! type      := machine | package (socket, pack) | die | numa (node, numanode) | group
+//!            | l1 (l1d) | l2 | l3 | l4 | l5 | core | pu
+//! ```
+//! e.g. `pu:0-3`, `core:2`, `package:1.core:0`, `numa:0.core:odd`, `all ~core:0`.
+
+use crate::{Machine, ObjKind, TopologyError};
+
+enum Target {
+    Kind(ObjKind),
+    Numa,
+}
+
+fn target_of(name: &str) -> Option<Target> {
+    Some(Target::Kind(match name.to_ascii_lowercase().as_str() {
+        "machine" => ObjKind::Machine,
+        "package" | "socket" | "pack" => ObjKind::Package,
+        "die" => ObjKind::Die,
+        "group" => ObjKind::Group,
+        "l1" | "l1d" | "l1cache" | "l1dcache" => ObjKind::L1,
+        "l2" | "l2d" | "l2cache" | "l2dcache" => ObjKind::L2,
+        "l3" | "l3d" | "l3cache" | "l3dcache" => ObjKind::L3,
+        "l4" | "l4cache" => ObjKind::L4,
+        "l5" | "l5cache" => ObjKind::L5,
+        "core" => ObjKind::Core,
+        "pu" => ObjKind::Pu,
+        "numa" | "node" | "numanode" => return Some(Target::Numa),
+        _ => return None,
+    }))
+}
+
+/// Resolves a location string to PU logical indexes (sorted, no duplicates).
+pub fn parse_location(machine: &Machine, location: &str) -> Result<Vec<usize>, TopologyError> {
+    let bad = |reason: String| TopologyError::BadLocation {
+        location: location.to_string(),
+        reason,
+    };
+    let mut selected = vec![false; machine.num_pus()];
+    let mut any = false;
+    for raw in location
+        .split(|c: char| c.is_whitespace() || c == ';')
+        .filter(|s| !s.is_empty())
+    {
+        any = true;
+        let (remove, term) = match raw.strip_prefix('~') {
+            Some(t) => (true, t),
+            None => (false, raw),
+        };
+        for pu in resolve_term(machine, term).map_err(bad)? {
+            selected[pu] = !remove;
+        }
+    }
+    if !any {
+        return Err(bad("empty location".into()));
+    }
+    let out: Vec<usize> = (0..selected.len()).filter(|&i| selected[i]).collect();
+    if out.is_empty() {
+        return Err(bad("selects no PU".into()));
+    }
+    Ok(out)
+}
+
+fn resolve_term(m: &Machine, term: &str) -> Result<Vec<usize>, String> {
+    if term.eq_ignore_ascii_case("all") {
+        return Ok((0..m.num_pus()).collect());
+    }
+    if term.starts_with(|c: char| c.is_ascii_digit()) {
+        return os_list(m, term);
+    }
+    // Each step narrows a set of PU ranges (the objects chosen so far).
+    let mut scopes: Vec<(u32, u32)> = vec![(0, m.num_pus() as u32)];
+    for step in term.split('.') {
+        let (name, idx) = step
+            .split_once(':')
+            .ok_or_else(|| format!("'{step}' is not type:index"))?;
+        let target = target_of(name).ok_or_else(|| format!("unknown object type '{name}'"))?;
+        let mut next = Vec::new();
+        for &(lo, hi) in &scopes {
+            let inside: Vec<(u32, u32)> = objects(m, &target)
+                .into_iter()
+                .filter(|&(a, b)| lo <= a && b <= hi && a < b)
+                .collect();
+            if inside.is_empty() {
+                return Err(format!("no {name} object inside the selection"));
+            }
+            for i in indexes(idx, inside.len()).map_err(|e| format!("{step}: {e}"))? {
+                next.push(inside[i]);
+            }
+        }
+        scopes = next;
+    }
+    let mut pus: Vec<usize> = scopes
+        .iter()
+        .flat_map(|&(a, b)| a as usize..b as usize)
+        .collect();
+    pus.sort_unstable();
+    pus.dedup();
+    Ok(pus)
+}
+
+/// PU ranges of every object of a kind, in logical order.
+fn objects(m: &Machine, target: &Target) -> Vec<(u32, u32)> {
+    match target {
+        Target::Kind(k) => m.nodes_of(*k).map(|n| n.pu_range).collect(),
+        Target::Numa => m
+            .numa_nodes
+            .iter()
+            .map(|n| m.nodes[n.attached_to as usize].pu_range)
+            .collect(),
+    }
+}
+
+/// Expands `0-3,5`, `all`, `odd`, `even` over `count` objects.
+fn indexes(spec: &str, count: usize) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for item in spec.split(',') {
+        match item {
+            "all" => out.extend(0..count),
+            "even" => out.extend((0..count).step_by(2)),
+            "odd" => out.extend((1..count).step_by(2)),
+            _ => {
+                let (a, b) = range(item)?;
+                if b >= count {
+                    return Err(format!("index {b} out of range, only {count} available"));
+                }
+                out.extend(a..=b);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn range(item: &str) -> Result<(usize, usize), String> {
+    let num = |s: &str| {
+        s.parse::<usize>()
+            .map_err(|_| format!("'{s}' is not an index"))
+    };
+    let (a, b) = match item.split_once('-') {
+        Some((a, b)) => (num(a)?, num(b)?),
+        None => (num(item)?, num(item)?),
+    };
+    if a > b {
+        return Err(format!("range {a}-{b} is reversed"));
+    }
+    Ok((a, b))
+}
+
+/// `0-3,8`: PU OS indexes, as taskset and numactl write them.
+fn os_list(m: &Machine, spec: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for item in spec.split(',') {
+        let (a, b) = range(item)?;
+        for os in a..=b {
+            let pu = m
+                .pu_by_os(os as u32)
+                .ok_or_else(|| format!("no PU with OS index {os} on this machine"))?;
+            out.push(pu);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
