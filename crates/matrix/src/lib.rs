@@ -1,0 +1,251 @@
+//! Communication matrices in huddle's format: N lines of N comma-separated non-negative
+//! numbers; entry (i, j) is the communication between tasks i and j (the format of
+//! shared/data/matrices). Detection writes them, mapping reads them.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// A parse error that names the file, line and column at fault (1-based).
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum MatrixError {
+    #[error("{file}: {reason}")]
+    File { file: String, reason: String },
+    #[error("{file}:{line}:{column}: {reason}")]
+    Cell {
+        file: String,
+        line: usize,
+        column: usize,
+        reason: String,
+    },
+}
+
+/// A square matrix of non-negative, finite communication amounts.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CommMatrix {
+    n: usize,
+    data: Vec<f64>,
+}
+
+impl CommMatrix {
+    pub fn zeros(n: usize) -> CommMatrix {
+        CommMatrix {
+            n,
+            data: vec![0.0; n * n],
+        }
+    }
+
+    /// From rows; panics if not square or a value is negative or not finite (for code that
+    /// builds matrices itself; input files go through [`CommMatrix::parse`]).
+    pub fn from_rows(rows: Vec<Vec<f64>>) -> CommMatrix {
+        let n = rows.len();
+        let mut m = CommMatrix::zeros(n);
+        for (i, row) in rows.into_iter().enumerate() {
+            assert_eq!(row.len(), n, "row {i} is not {n} long");
+            for (j, v) in row.into_iter().enumerate() {
+                m.set(i, j, v);
+            }
+        }
+        m
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    pub fn get(&self, i: usize, j: usize) -> f64 {
+        self.data[i * self.n + j]
+    }
+
+    pub fn set(&mut self, i: usize, j: usize, v: f64) {
+        assert!(
+            v.is_finite() && v >= 0.0,
+            "matrix entries are finite and >= 0, got {v}"
+        );
+        self.data[i * self.n + j] = v;
+    }
+
+    pub fn add(&mut self, i: usize, j: usize, v: f64) {
+        let cur = self.get(i, j);
+        self.set(i, j, cur + v);
+    }
+
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.data[i * self.n..(i + 1) * self.n]
+    }
+
+    /// (M + Mᵀ) / 2 with a zero diagonal: the undirected amount each pair exchanges.
+    pub fn symmetrized(&self) -> CommMatrix {
+        let mut out = CommMatrix::zeros(self.n);
+        for i in 0..self.n {
+            for j in 0..self.n {
+                if i != j {
+                    out.data[i * self.n + j] = (self.get(i, j) + self.get(j, i)) / 2.0;
+                }
+            }
+        }
+        out
+    }
+
+    /// Sum of the upper triangle (each pair once).
+    pub fn total(&self) -> f64 {
+        (0..self.n)
+            .flat_map(|i| (i + 1..self.n).map(move |j| (i, j)))
+            .map(|(i, j)| self.get(i, j))
+            .sum()
+    }
+
+    /// Reads a matrix file; errors name the file, line and column.
+    pub fn read(path: &Path) -> Result<CommMatrix, MatrixError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| MatrixError::File {
+            file: file.clone(),
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".into(),
+                std::io::ErrorKind::InvalidData => "not UTF-8 text".into(),
+                _ => e.to_string(),
+            },
+        })?;
+        CommMatrix::parse(&text, &file)
+    }
+
+    /// Parses the CSV text; `name` is used in errors.
+    pub fn parse(text: &str, name: &str) -> Result<CommMatrix, MatrixError> {
+        let cell = |line: usize, column: usize, reason: String| MatrixError::Cell {
+            file: name.to_string(),
+            line,
+            column,
+            reason,
+        };
+        let lines: Vec<(usize, &str)> = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.trim()))
+            .filter(|(_, l)| !l.is_empty())
+            .collect();
+        if lines.is_empty() {
+            return Err(MatrixError::File {
+                file: name.into(),
+                reason: "empty matrix".into(),
+            });
+        }
+        let n = lines.len();
+        let mut m = CommMatrix::zeros(n);
+        for (row, (line, text)) in lines.iter().enumerate() {
+            let cells: Vec<&str> = text.split(',').map(str::trim).collect();
+            for (col, c) in cells.iter().enumerate() {
+                let v: f64 = c.parse().map_err(|_| {
+                    let what = if row == 0 && c.chars().any(char::is_alphabetic) {
+                        format!("'{c}' is not a number (header rows are not allowed)")
+                    } else {
+                        format!("'{c}' is not a number")
+                    };
+                    cell(*line, col + 1, what)
+                })?;
+                if !v.is_finite() {
+                    return Err(cell(*line, col + 1, format!("'{c}' is not finite")));
+                }
+                if v < 0.0 {
+                    return Err(cell(*line, col + 1, format!("negative value {c}")));
+                }
+                if col < n {
+                    m.data[row * n + col] = v;
+                }
+            }
+            if cells.len() != n {
+                return Err(cell(
+                    *line,
+                    cells.len().min(n) + 1,
+                    format!(
+                        "row has {} values, the matrix has {n} rows (must be square)",
+                        cells.len()
+                    ),
+                ));
+            }
+        }
+        Ok(m)
+    }
+
+    /// The CSV text: whole numbers without a fractional part, others with up to 6 decimals.
+    pub fn to_csv(&self) -> String {
+        let mut out = String::with_capacity(self.n * self.n * 4);
+        for i in 0..self.n {
+            for j in 0..self.n {
+                if j > 0 {
+                    out.push(',');
+                }
+                let v = self.get(i, j);
+                if v.fract() == 0.0 && v.abs() < 1e15 {
+                    let _ = write!(out, "{}", v as i64);
+                } else {
+                    let _ = write!(out, "{}", (v * 1e6).round() / 1e6);
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Rows as nested vectors (the JSON form).
+    pub fn to_rows(&self) -> Vec<Vec<f64>> {
+        (0..self.n).map(|i| self.row(i).to_vec()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_the_shared_format() {
+        let m = CommMatrix::parse("0,5,1\n5,0,2\n1,2,0\n", "t").unwrap();
+        assert_eq!(m.n(), 3);
+        assert_eq!(m.get(0, 1), 5.0);
+        assert_eq!(m.total(), 8.0);
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let e = |t: &str| CommMatrix::parse(t, "f.csv").unwrap_err().to_string();
+        assert_eq!(e("0,1\n1,x\n"), "f.csv:2:2: 'x' is not a number");
+        assert_eq!(
+            e("a,b\n0,1\n"),
+            "f.csv:1:1: 'a' is not a number (header rows are not allowed)"
+        );
+        assert_eq!(e("0,1\n-1,0\n"), "f.csv:2:1: negative value -1");
+        assert_eq!(e("0,NaN\n1,0\n"), "f.csv:1:2: 'NaN' is not finite");
+        assert!(e("0,1,2\n1,0,2\n").contains("must be square"));
+        assert!(e("0,1\n1\n").starts_with("f.csv:2:2:"));
+        assert_eq!(e("\n\n"), "f.csv: empty matrix");
+    }
+
+    #[test]
+    fn reads_every_shared_matrix() {
+        let dir = std::env::var("HUDDLE_SHARED")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared").into());
+        let dir = Path::new(&dir).join("data/matrices");
+        let mut count = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let m = CommMatrix::read(&p).unwrap();
+            assert!(m.n() == 16 || m.n() == 32 || m.n() == 25, "{}", p.display());
+            count += 1;
+        }
+        assert_eq!(count, 18);
+    }
+
+    proptest! {
+        #[test]
+        fn csv_round_trips(n in 1usize..12, seed in any::<u64>()) {
+            let mut m = CommMatrix::zeros(n);
+            let mut x = seed | 1;
+            for i in 0..n { for j in 0..n {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                m.set(i, j, (x % 1000) as f64 / if x % 3 == 0 { 4.0 } else { 1.0 });
+            }}
+            let back = CommMatrix::parse(&m.to_csv(), "rt").unwrap();
+            prop_assert_eq!(back, m);
+        }
+    }
+}
