@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the PMPI agent, its test programs and the MPI benchmarks once per MPI implementation
+# found (the MPI ABI differs, so each gets its own build): build/mpi/<impl>/.
+# No MPI compiler at all: one clear line, exit 0 (the rest of huddle builds without MPI), or
+# exit 1 when HUDDLE_REQUIRE_MPI=1.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${HUDDLE_MPI_BUILD:-$root/build/mpi}
+found=0
+for impl in openmpi mpich; do
+  cc=mpicc.$impl
+  command -v "$cc" >/dev/null 2>&1 || continue
+  found=1
+  mkdir -p "$out/$impl"
+  flags=(-O2 -g -Wall -Wextra -Wno-stringop-overflow)
+  "$cc" "${flags[@]}" -fPIC -shared -o "$out/$impl/libhuddle_pmpi.so" "$root/mpi/pmpi/huddle_pmpi.c"
+  for t in traffic nofinalize crash; do
+    "$cc" "${flags[@]}" -o "$out/$impl/$t" "$root/mpi/pmpi/tests/$t.c"
+  done
+  for src in "$root"/bench/pmpi/*.c "$root"/bench/simmer/*.c; do
+    [ -e "$src" ] || continue
+    "$cc" "${flags[@]}" -o "$out/$impl/$(basename "$src" .c)" "$src" -lm
+  done
+  echo "pmpi: built $out/$impl (agent, tests, benchmarks) with $cc"
+done
+if [ $found = 0 ]; then
+  echo "pmpi: no MPI compiler found (looked for mpicc.openmpi and mpicc.mpich): install Open MPI or MPICH (scripts/bootstrap does); the PMPI agent was not built" >&2
+  [ "${HUDDLE_REQUIRE_MPI:-0}" = 1 ] && exit 1
+fi
+exit 0

@@ -1,0 +1,973 @@
+/* huddle PMPI agent: preload it (LD_PRELOAD) into an unmodified MPI program to record, per
+ * rank, the bytes and messages sent to every peer (in MPI_COMM_WORLD ranks), the time spent
+ * inside blocking MPI calls and outside them, the compute time while own nonblocking sends are
+ * still pending, and cache misses where the CPU exposes a counter. The numbers live on a
+ * node-local shared-memory board that huddle's manager reads while the program runs (layout:
+ * docs/pmpi.md; reader: crates/simmer/src/board.rs); at MPI_Finalize rank 0 writes the rank
+ * matrix (bytes sent, row = sender) in huddle's CSV format.
+ *
+ * Built once per MPI implementation (the ABI differs): build/mpi/<impl>/libhuddle_pmpi.so.
+ * Assumes one thread calls MPI at a time for the time split; byte counts are atomic. */
+#define _GNU_SOURCE
+#include <mpi.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- board layout (keep in sync with docs/pmpi.md and crates/simmer/src/board.rs) ---- */
+#define BOARD_MAGIC 0x4452414f42445548ULL /* "HUDBOARD" read as a little-endian u64 */
+#define BOARD_VERSION 1
+#define HEADER_SIZE 128
+#define SLOT_FIXED 208
+
+enum { H_MAGIC = 0, H_VERSION = 1, H_HEADER_SIZE = 2, H_WORLD = 3, H_SLOT_SIZE = 4, H_STAMP = 5, H_CREATED = 6 };
+
+/* Slot fields, as u64 indexes. */
+enum {
+    S_STATE = 0, S_PID, S_RANK, S_CPU, S_UPDATED, S_INIT, S_BLOCKING, S_COMPUTE, S_PENDING_COMPUTE,
+    S_BLOCKING_CALLS, S_PENDING_SENDS, S_CACHE_MISSES, S_CACHE_STATE, S_SENT_BYTES, S_SENT_MSGS,
+    S_IN_CALL, S_PHASE_START, S_PENDING_SINCE /* then hostname[64] at byte 144, arrays at 208 */
+};
+enum { STATE_EMPTY = 0, STATE_RUNNING = 1, STATE_FINALIZED = 2, STATE_NO_FINALIZE = 3 };
+enum { CACHE_NOT_TRIED = 0, CACHE_COUNTING = 1, CACHE_UNAVAILABLE = 2 };
+
+static struct {
+    int active;            /* MPI_Init done and not finalized */
+    int rank, size;
+    uint64_t *slot;        /* this rank's slot (board or private memory) */
+    uint64_t *bytes_to, *msgs_to;
+    void *map;
+    size_t map_len;
+    int on_board;          /* slot lives in the shared board file */
+    char board_path[4096];
+    int board_named;       /* HUDDLE_BOARD was set: the board belongs to the manager */
+    int perf_fd;
+    uint64_t last_cache_read;
+    int keyval;
+    int multiple;          /* MPI_THREAD_MULTIPLE granted */
+    uint64_t pend_mark;    /* start of the current compute-with-pending-sends interval */
+} g = {.perf_fd = -1, .keyval = MPI_KEYVAL_INVALID};
+
+static __thread int depth; /* >0 inside a wrapped call: inner MPI calls are not recorded twice */
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static inline uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void put(int field, uint64_t v) { __atomic_store_n(&g.slot[field], v, __ATOMIC_RELAXED); }
+static inline uint64_t get(int field) { return __atomic_load_n(&g.slot[field], __ATOMIC_RELAXED); }
+
+/* ---- pending nonblocking sends: an open-addressing set of request handles ---- */
+static uint64_t *pend_keys; /* 0 = empty slot */
+static size_t pend_cap, pend_count;
+
+static inline uint64_t req_key(MPI_Request r)
+{
+    uint64_t k = 0;
+    memcpy(&k, &r, sizeof r < sizeof k ? sizeof r : sizeof k);
+    return k;
+}
+
+static inline size_t hash_key(uint64_t k) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 17); }
+
+static int pend_insert(uint64_t k)
+{
+    if (k == 0) return 0;
+    if ((pend_count + 1) * 2 > pend_cap) {
+        size_t ncap = pend_cap ? pend_cap * 2 : 64;
+        uint64_t *nk = calloc(ncap, sizeof *nk);
+        if (!nk) return 0;
+        for (size_t i = 0; i < pend_cap; i++) {
+            if (!pend_keys[i]) continue;
+            size_t j = hash_key(pend_keys[i]) & (ncap - 1);
+            while (nk[j]) j = (j + 1) & (ncap - 1);
+            nk[j] = pend_keys[i];
+        }
+        free(pend_keys);
+        pend_keys = nk;
+        pend_cap = ncap;
+    }
+    size_t i = hash_key(k) & (pend_cap - 1);
+    while (pend_keys[i]) {
+        if (pend_keys[i] == k) return 0;
+        i = (i + 1) & (pend_cap - 1);
+    }
+    pend_keys[i] = k;
+    pend_count++;
+    return 1;
+}
+
+/* Removes k if present (backward-shift deletion keeps probe chains intact). */
+static int pend_remove(uint64_t k)
+{
+    if (k == 0 || pend_count == 0) return 0;
+    size_t mask = pend_cap - 1, i = hash_key(k) & mask;
+    while (pend_keys[i] != k) {
+        if (!pend_keys[i]) return 0;
+        i = (i + 1) & mask;
+    }
+    pend_keys[i] = 0;
+    pend_count--;
+    for (size_t j = (i + 1) & mask; pend_keys[j]; j = (j + 1) & mask) {
+        size_t home = hash_key(pend_keys[j]) & mask;
+        /* move j back to the hole i when its home is not in (i, j] cyclically */
+        if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
+            pend_keys[i] = pend_keys[j];
+            pend_keys[j] = 0;
+            i = j;
+        }
+    }
+    return 1;
+}
+
+static void lock_table(void) { if (g.multiple) pthread_mutex_lock(&table_lock); }
+static void unlock_table(void) { if (g.multiple) pthread_mutex_unlock(&table_lock); }
+
+/* ---- cache misses through perf_event_open (absent in VMs without a PMU) ---- */
+static void cache_open(void)
+{
+    const char *off = getenv("HUDDLE_PMPI_CACHE");
+    if (off && strcmp(off, "0") == 0) {
+        put(S_CACHE_STATE, CACHE_UNAVAILABLE);
+        return;
+    }
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_HARDWARE;
+    a.config = PERF_COUNT_HW_CACHE_MISSES;
+    a.exclude_hv = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+        put(S_CACHE_STATE, CACHE_UNAVAILABLE);
+        return;
+    }
+    g.perf_fd = fd;
+    put(S_CACHE_STATE, CACHE_COUNTING);
+}
+
+static void cache_read(uint64_t t)
+{
+    if (g.perf_fd < 0) return;
+    g.last_cache_read = t;
+    uint64_t v;
+    if (read(g.perf_fd, &v, sizeof v) == (ssize_t)sizeof v) put(S_CACHE_MISSES, v);
+}
+
+/* ---- time split: blocking calls vs outside ---- */
+static inline uint64_t enter(void)
+{
+    if (depth++ != 0 || !g.active) return 0;
+    uint64_t t = now_ns();
+    put(S_COMPUTE, get(S_COMPUTE) + (t - get(S_PHASE_START)));
+    if (pend_count > 0) put(S_PENDING_COMPUTE, get(S_PENDING_COMPUTE) + (t - g.pend_mark));
+    put(S_IN_CALL, 1);
+    put(S_PHASE_START, t);
+    return t;
+}
+
+static inline void leave(uint64_t t0)
+{
+    if (--depth != 0 || t0 == 0) return;
+    uint64_t t = now_ns();
+    put(S_BLOCKING, get(S_BLOCKING) + (t - t0));
+    put(S_BLOCKING_CALLS, get(S_BLOCKING_CALLS) + 1);
+    put(S_PHASE_START, t);
+    put(S_IN_CALL, 0);
+    if (pend_count > 0) {
+        g.pend_mark = t;
+        put(S_PENDING_SINCE, t);
+    } else {
+        put(S_PENDING_SINCE, 0);
+    }
+    put(S_UPDATED, t);
+    if (t - g.last_cache_read > 50000000ull) { /* every 50 ms at most: read() costs a syscall */
+        cache_read(t);
+        put(S_CPU, (uint64_t)sched_getcpu());
+    }
+}
+
+/* A pending send was posted (outside a blocking call). */
+static void pending_add(MPI_Request r)
+{
+    lock_table();
+    int was_empty = pend_count == 0;
+    if (pend_insert(req_key(r)) && was_empty && depth == 0) {
+        g.pend_mark = now_ns();
+        put(S_PENDING_SINCE, g.pend_mark);
+    }
+    put(S_PENDING_SENDS, pend_count);
+    unlock_table();
+}
+
+/* Requests in keys[] completed; inside_blocking says whether enter() already closed the
+ * compute interval. */
+static void pending_done(const uint64_t *keys, const int *idx, int n, int inside_blocking)
+{
+    lock_table();
+    size_t before = pend_count;
+    for (int i = 0; i < n; i++) pend_remove(keys[idx ? idx[i] : i]);
+    if (before > 0 && pend_count == 0 && !inside_blocking && depth == 0 && g.active) {
+        uint64_t t = now_ns();
+        put(S_PENDING_COMPUTE, get(S_PENDING_COMPUTE) + (t - g.pend_mark));
+        put(S_PENDING_SINCE, 0);
+    }
+    put(S_PENDING_SENDS, pend_count);
+    unlock_table();
+}
+
+/* Copies request handles before a completion call nulls them; NULL when nothing is pending. */
+#define KEYS_ON_STACK 64
+static uint64_t *snapshot(int n, const MPI_Request *reqs, uint64_t *stackbuf)
+{
+    if (pend_count == 0 || n <= 0) return NULL;
+    uint64_t *k = n <= KEYS_ON_STACK ? stackbuf : malloc((size_t)n * sizeof *k);
+    if (!k) return NULL;
+    for (int i = 0; i < n; i++) k[i] = req_key(reqs[i]);
+    return k;
+}
+static void snapshot_free(uint64_t *k, uint64_t *stackbuf) { if (k && k != stackbuf) free(k); }
+
+/* ---- communicator rank translation to MPI_COMM_WORLD, cached as an attribute ---- */
+struct cinfo {
+    int inter;     /* intercommunicator: destinations name the remote group */
+    int me, size;  /* own rank and (remote) size */
+    int *world;    /* rank -> world rank; NULL for MPI_COMM_WORLD */
+};
+static struct cinfo world_info;
+static MPI_Comm last_comm = MPI_COMM_NULL;
+static struct cinfo *last_info;
+
+static int cinfo_delete(MPI_Comm c, int key, void *val, void *extra)
+{
+    (void)c; (void)key; (void)extra;
+    struct cinfo *ci = val;
+    if (ci == last_info) {
+        last_info = NULL;
+        last_comm = MPI_COMM_NULL;
+    }
+    free(ci->world);
+    free(ci);
+    return MPI_SUCCESS;
+}
+
+static const struct cinfo *comm_info(MPI_Comm c)
+{
+    if (c == MPI_COMM_WORLD) return &world_info;
+    if (c == last_comm && last_info) return last_info;
+    if (g.keyval == MPI_KEYVAL_INVALID || c == MPI_COMM_NULL) return NULL;
+    void *v = NULL;
+    int flag = 0;
+    if (PMPI_Comm_get_attr(c, g.keyval, &v, &flag) == MPI_SUCCESS && flag) {
+        last_comm = c;
+        last_info = v;
+        return v;
+    }
+    struct cinfo *ci = calloc(1, sizeof *ci);
+    if (!ci) return NULL;
+    MPI_Group grp, wgrp;
+    PMPI_Comm_test_inter(c, &ci->inter);
+    PMPI_Comm_rank(c, &ci->me);
+    if (ci->inter) {
+        PMPI_Comm_remote_size(c, &ci->size);
+        PMPI_Comm_remote_group(c, &grp);
+    } else {
+        PMPI_Comm_size(c, &ci->size);
+        PMPI_Comm_group(c, &grp);
+    }
+    PMPI_Comm_group(MPI_COMM_WORLD, &wgrp);
+    int *from = malloc((size_t)ci->size * sizeof *from);
+    ci->world = malloc((size_t)ci->size * sizeof *ci->world);
+    if (!from || !ci->world) {
+        free(from); free(ci->world); free(ci);
+        PMPI_Group_free(&grp); PMPI_Group_free(&wgrp);
+        return NULL;
+    }
+    for (int i = 0; i < ci->size; i++) from[i] = i;
+    PMPI_Group_translate_ranks(grp, ci->size, from, wgrp, ci->world);
+    free(from);
+    PMPI_Group_free(&grp);
+    PMPI_Group_free(&wgrp);
+    PMPI_Comm_set_attr(c, g.keyval, ci);
+    last_comm = c;
+    last_info = ci;
+    return ci;
+}
+
+static inline int to_world(const struct cinfo *ci, int r)
+{
+    if (r < 0 || r >= ci->size) return -1;
+    int w = ci->world ? ci->world[r] : r;
+    return (w >= 0 && w < g.size) ? w : -1; /* MPI_UNDEFINED (another world, spawn) */
+}
+
+static inline uint64_t type_bytes(MPI_Datatype t, int count)
+{
+    int sz = 0;
+    if (count <= 0 || PMPI_Type_size(t, &sz) != MPI_SUCCESS || sz <= 0) return 0;
+    return (uint64_t)count * (uint64_t)sz;
+}
+
+static inline void add_to(int w, uint64_t bytes)
+{
+    if (w < 0) return;
+    __atomic_fetch_add(&g.bytes_to[w], bytes, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g.msgs_to[w], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g.slot[S_SENT_BYTES], bytes, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g.slot[S_SENT_MSGS], 1, __ATOMIC_RELAXED);
+}
+
+/* A point-to-point send of count x type to dest in comm. */
+static inline void count_send(int dest, int count, MPI_Datatype t, MPI_Comm c)
+{
+    if (!g.active || depth != 0 || dest == MPI_PROC_NULL) return;
+    const struct cinfo *ci = comm_info(c);
+    if (ci) add_to(to_world(ci, dest), type_bytes(t, count));
+}
+
+/* Collective traffic, logical model (docs/pmpi.md): `bytes(j)` goes from this rank to comm
+ * rank j for each j in the set the collective defines. Intercommunicator collectives are not
+ * counted. */
+static const struct cinfo *coll_info(MPI_Comm c)
+{
+    if (!g.active || depth != 1) return NULL; /* depth 1: inside our own wrapper only */
+    const struct cinfo *ci = comm_info(c);
+    return (ci && !ci->inter) ? ci : NULL;
+}
+
+static void to_all_others(const struct cinfo *ci, uint64_t bytes)
+{
+    for (int j = 0; j < ci->size; j++)
+        if (j != ci->me) add_to(to_world(ci, j), bytes);
+}
+
+/* ---- board setup ---- */
+static void warn(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "huddle-pmpi: rank %d: ", g.rank);
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+}
+
+/* The private directory for boards: $XDG_RUNTIME_DIR/huddle or /tmp/huddle-$UID, mode 0700,
+ * owned by us. Returns 0 and fills dir, or -1 after a warning. */
+static int board_dir(char *dir, size_t len)
+{
+    const char *x = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+    if (x && *x && stat(x, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(dir, len, "%s/huddle", x);
+    else
+        snprintf(dir, len, "/tmp/huddle-%u", (unsigned)getuid());
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        warn("cannot create board directory %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)) {
+        warn("board directory %s is not a private directory of this user (want mode 0700)%s", dir, "");
+        return -1;
+    }
+    return 0;
+}
+
+static void slot_init(uint64_t *slot)
+{
+    g.slot = slot;
+    g.bytes_to = (uint64_t *)((char *)slot + SLOT_FIXED);
+    g.msgs_to = g.bytes_to + g.size;
+    uint64_t t = now_ns();
+    put(S_PID, (uint64_t)getpid());
+    put(S_RANK, (uint64_t)g.rank);
+    put(S_INIT, t);
+    put(S_PHASE_START, t);
+    put(S_UPDATED, t);
+    put(S_CPU, (uint64_t)sched_getcpu());
+    char *host = (char *)slot + 144;
+    gethostname(host, 63);
+    host[63] = 0;
+    __atomic_store_n(&slot[S_STATE], STATE_RUNNING, __ATOMIC_RELEASE);
+}
+
+static size_t slot_size(int n) { return ((size_t)SLOT_FIXED + 16u * (size_t)n + 63u) & ~(size_t)63u; }
+
+static void board_open(uint64_t stamp)
+{
+    size_t ssz = slot_size(g.size), len = HEADER_SIZE + ssz * (size_t)g.size;
+    const char *name = getenv("HUDDLE_BOARD");
+    char dir[3000];
+    g.board_named = name && *name;
+    if (g.board_named && strchr(name, '/')) {
+        snprintf(g.board_path, sizeof g.board_path, "%s", name);
+    } else if (board_dir(dir, sizeof dir) == 0) {
+        if (g.board_named)
+            snprintf(g.board_path, sizeof g.board_path, "%s/%s.board", dir, name);
+        else
+            snprintf(g.board_path, sizeof g.board_path, "%s/job-%016llx.board", dir, (unsigned long long)stamp);
+    } else {
+        g.board_path[0] = 0;
+    }
+    void *map = MAP_FAILED;
+    if (g.board_path[0]) {
+        int fd = open(g.board_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        struct stat st;
+        if (fd < 0) {
+            warn("cannot open board %s: %s", g.board_path, strerror(errno));
+        } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid()) {
+            warn("board %s is not a regular file of this user%s", g.board_path, "");
+        } else {
+            fchmod(fd, 0600);
+            flock(fd, LOCK_EX); /* ranks of this job on this node initialize it once */
+            fstat(fd, &st);     /* the size as the rank before us left it */
+            uint64_t hdr[8] = {0};
+            ssize_t got = pread(fd, hdr, sizeof hdr, 0);
+            int fresh = got != (ssize_t)sizeof hdr || hdr[H_MAGIC] != BOARD_MAGIC || hdr[H_VERSION] != BOARD_VERSION ||
+                        hdr[H_WORLD] != (uint64_t)g.size || hdr[H_STAMP] != stamp || (size_t)st.st_size != len;
+            int ok = 1;
+            if (fresh) ok = ftruncate(fd, 0) == 0 && ftruncate(fd, (off_t)len) == 0;
+            if (ok) map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (!ok || map == MAP_FAILED) {
+                warn("cannot size or map board %s: %s", g.board_path, strerror(errno));
+                map = MAP_FAILED;
+            } else if (fresh) {
+                uint64_t *h = map;
+                h[H_VERSION] = BOARD_VERSION;
+                h[H_HEADER_SIZE] = HEADER_SIZE;
+                h[H_WORLD] = (uint64_t)g.size;
+                h[H_SLOT_SIZE] = ssz;
+                h[H_STAMP] = stamp;
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                h[H_CREATED] = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+                __atomic_store_n(&h[H_MAGIC], BOARD_MAGIC, __ATOMIC_RELEASE); /* readers check it last */
+            }
+            flock(fd, LOCK_UN);
+        }
+        if (fd >= 0) close(fd);
+    }
+    if (map != MAP_FAILED) {
+        g.map = map;
+        g.map_len = len;
+        g.on_board = 1;
+        slot_init((uint64_t *)((char *)map + HEADER_SIZE + ssz * (size_t)g.rank));
+        return;
+    }
+    /* No board: keep counting in private memory so the rank matrix is still written. */
+    g.board_path[0] = 0;
+    void *mem = calloc(1, ssz);
+    static uint64_t dummy[SLOT_FIXED / 8 + 2];
+    slot_init(mem ? mem : dummy);
+    if (!mem) g.size = 0; /* no memory for per-peer counters: count nothing rather than overflow */
+}
+
+static void at_exit(void)
+{
+    if (!g.active) return;
+    g.active = 0;
+    put(S_STATE, STATE_NO_FINALIZE);
+    put(S_UPDATED, now_ns());
+    fprintf(stderr,
+            "huddle-pmpi: rank %d exited without calling MPI_Finalize: no rank matrix written%s%s\n",
+            g.rank, g.on_board ? "; its counters stay on the board " : "", g.on_board ? g.board_path : "");
+}
+
+static void after_init(int provided)
+{
+    PMPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &g.size);
+    g.multiple = provided == MPI_THREAD_MULTIPLE;
+    world_info.me = g.rank;
+    world_info.size = g.size;
+    /* One stamp per job, chosen by rank 0: names the default board and tells stale boards. */
+    uint64_t stamp = 0;
+    if (g.rank == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        stamp = ((uint64_t)getpid() << 40) ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec;
+    }
+    PMPI_Bcast(&stamp, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    board_open(stamp);
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, cinfo_delete, &g.keyval, NULL);
+    cache_open();
+    cache_read(now_ns());
+    atexit(at_exit);
+    g.active = 1;
+}
+
+int MPI_Init(int *argc, char ***argv)
+{
+    int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS) after_init(MPI_THREAD_SINGLE);
+    return rc;
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
+{
+    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS) after_init(*provided);
+    return rc;
+}
+
+/* Rank 0 gathers every row and writes the CSV atomically (temporary file, then rename). */
+static void write_rank_matrix(void)
+{
+    int n = g.size;
+    uint64_t *all = NULL;
+    int ready = 1;
+    if (g.rank == 0) {
+        all = malloc((size_t)n * (size_t)n * sizeof *all + 1);
+        ready = all != NULL;
+    }
+    /* Rank 0 says first whether it can take the rows, so that no rank waits in vain. */
+    PMPI_Bcast(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!ready) {
+        if (g.rank == 0) fprintf(stderr, "huddle-pmpi: no memory to gather the %dx%d rank matrix\n", n, n);
+        return;
+    }
+    PMPI_Gather(g.bytes_to, n, MPI_UINT64_T, all, n, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    if (g.rank != 0) return;
+    const char *env = getenv("HUDDLE_RANK_MATRIX");
+    char path[4200];
+    int deflt = !(env && *env);
+    size_t bl = strlen(g.board_path), sl = strlen(".board");
+    if (!deflt)
+        snprintf(path, sizeof path, "%s", env);
+    else if (g.on_board && bl > sl && strcmp(g.board_path + bl - sl, ".board") == 0)
+        snprintf(path, sizeof path, "%.*s.csv", (int)(bl - sl), g.board_path);
+    else if (g.on_board)
+        snprintf(path, sizeof path, "%s.csv", g.board_path);
+    else
+        snprintf(path, sizeof path, "huddle-rank-matrix-%d.csv", (int)getpid());
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    int ok = f != NULL;
+    for (int i = 0; ok && i < n; i++)
+        for (int j = 0; j < n; j++)
+            if (fprintf(f, "%llu%c", (unsigned long long)all[(size_t)i * n + j], j + 1 < n ? ',' : '\n') < 0) ok = 0;
+    if (f && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) ok = 0;
+    if (!ok) {
+        fprintf(stderr, "huddle-pmpi: cannot write the rank matrix to %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+    } else if (deflt) {
+        fprintf(stderr, "huddle-pmpi: rank matrix (%d ranks, bytes sent, row = sender) written to %s\n", n, path);
+    }
+    free(all);
+}
+
+int MPI_Finalize(void)
+{
+    if (g.active && depth == 0) {
+        uint64_t t = now_ns();
+        put(S_COMPUTE, get(S_COMPUTE) + (t - get(S_PHASE_START)));
+        put(S_PHASE_START, t);
+        cache_read(t);
+        put(S_UPDATED, t);
+        g.active = 0;
+        write_rank_matrix();
+        put(S_STATE, STATE_FINALIZED);
+        if (g.on_board && !g.board_named) {
+            /* Nobody else reads a default board: the node's first rank removes it once every
+             * rank on the node has written its final numbers. */
+            MPI_Comm node;
+            if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+                int nr = 0;
+                PMPI_Comm_rank(node, &nr);
+                PMPI_Barrier(node);
+                if (nr == 0) unlink(g.board_path);
+                PMPI_Comm_free(&node);
+            }
+        }
+        if (g.keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&g.keyval);
+        if (g.perf_fd >= 0) close(g.perf_fd);
+        g.perf_fd = -1;
+    }
+    return PMPI_Finalize();
+}
+
+/* ---- point-to-point ---- */
+#define BLOCKING_SEND(NAME)                                                                            \
+    int NAME(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm c)                 \
+    {                                                                                                  \
+        uint64_t t0 = enter();                                                                         \
+        int rc = P##NAME(buf, count, t, dest, tag, c);                                                 \
+        depth--;                                                                                       \
+        if (rc == MPI_SUCCESS) count_send(dest, count, t, c);                                          \
+        depth++;                                                                                       \
+        leave(t0);                                                                                     \
+        return rc;                                                                                     \
+    }
+BLOCKING_SEND(MPI_Send)
+BLOCKING_SEND(MPI_Ssend)
+BLOCKING_SEND(MPI_Bsend)
+BLOCKING_SEND(MPI_Rsend)
+
+#define NONBLOCKING_SEND(NAME)                                                                         \
+    int NAME(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm c, MPI_Request *r) \
+    {                                                                                                  \
+        int outer = depth == 0;                                                                        \
+        depth++;                                                                                       \
+        int rc = P##NAME(buf, count, t, dest, tag, c, r);                                              \
+        depth--;                                                                                       \
+        if (rc == MPI_SUCCESS && outer && g.active) {                                                  \
+            count_send(dest, count, t, c);                                                             \
+            pending_add(*r);                                                                           \
+        }                                                                                              \
+        return rc;                                                                                     \
+    }
+NONBLOCKING_SEND(MPI_Isend)
+NONBLOCKING_SEND(MPI_Issend)
+NONBLOCKING_SEND(MPI_Ibsend)
+NONBLOCKING_SEND(MPI_Irsend)
+
+int MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Status *st)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Recv(buf, count, t, src, tag, c, st);
+    leave(t0);
+    return rc;
+}
+
+int MPI_Probe(int src, int tag, MPI_Comm c, MPI_Status *st)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Probe(src, tag, c, st);
+    leave(t0);
+    return rc;
+}
+
+int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int stag, void *rbuf, int rcount,
+                 MPI_Datatype rtype, int src, int rtag, MPI_Comm c, MPI_Status *st)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, c, st);
+    depth--;
+    if (rc == MPI_SUCCESS) count_send(dest, scount, stype, c);
+    depth++;
+    leave(t0);
+    return rc;
+}
+
+int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest, int stag, int src, int rtag, MPI_Comm c,
+                         MPI_Status *st)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, c, st);
+    depth--;
+    if (rc == MPI_SUCCESS) count_send(dest, count, t, c);
+    depth++;
+    leave(t0);
+    return rc;
+}
+
+/* ---- completion ---- */
+int MPI_Wait(MPI_Request *r, MPI_Status *st)
+{
+    uint64_t key = req_key(*r);
+    uint64_t t0 = enter();
+    int rc = PMPI_Wait(r, st);
+    if (pend_count) pending_done(&key, NULL, 1, 1);
+    leave(t0);
+    return rc;
+}
+
+int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
+{
+    uint64_t buf[KEYS_ON_STACK];
+    uint64_t *keys = snapshot(n, reqs, buf);
+    uint64_t t0 = enter();
+    int rc = PMPI_Waitall(n, reqs, sts);
+    if (keys) pending_done(keys, NULL, n, 1);
+    leave(t0);
+    snapshot_free(keys, buf);
+    return rc;
+}
+
+int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st)
+{
+    uint64_t buf[KEYS_ON_STACK];
+    uint64_t *keys = snapshot(n, reqs, buf);
+    uint64_t t0 = enter();
+    int rc = PMPI_Waitany(n, reqs, index, st);
+    if (keys && *index != MPI_UNDEFINED && *index >= 0 && *index < n) pending_done(keys, index, 1, 1);
+    leave(t0);
+    snapshot_free(keys, buf);
+    return rc;
+}
+
+int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[], MPI_Status sts[])
+{
+    uint64_t buf[KEYS_ON_STACK];
+    uint64_t *keys = snapshot(n, reqs, buf);
+    uint64_t t0 = enter();
+    int rc = PMPI_Waitsome(n, reqs, outcount, indices, sts);
+    if (keys && *outcount != MPI_UNDEFINED && *outcount > 0) pending_done(keys, indices, *outcount, 1);
+    leave(t0);
+    snapshot_free(keys, buf);
+    return rc;
+}
+
+int MPI_Test(MPI_Request *r, int *flag, MPI_Status *st)
+{
+    uint64_t key = req_key(*r);
+    depth++;
+    int rc = PMPI_Test(r, flag, st);
+    depth--;
+    if (pend_count && *flag) pending_done(&key, NULL, 1, 0);
+    return rc;
+}
+
+int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[])
+{
+    uint64_t buf[KEYS_ON_STACK];
+    uint64_t *keys = snapshot(n, reqs, buf);
+    depth++;
+    int rc = PMPI_Testall(n, reqs, flag, sts);
+    depth--;
+    if (keys && *flag) pending_done(keys, NULL, n, 0);
+    snapshot_free(keys, buf);
+    return rc;
+}
+
+int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st)
+{
+    uint64_t buf[KEYS_ON_STACK];
+    uint64_t *keys = snapshot(n, reqs, buf);
+    depth++;
+    int rc = PMPI_Testany(n, reqs, index, flag, st);
+    depth--;
+    if (keys && *flag && *index != MPI_UNDEFINED && *index >= 0 && *index < n) pending_done(keys, index, 1, 0);
+    snapshot_free(keys, buf);
+    return rc;
+}
+
+int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[], MPI_Status sts[])
+{
+    uint64_t buf[KEYS_ON_STACK];
+    uint64_t *keys = snapshot(n, reqs, buf);
+    depth++;
+    int rc = PMPI_Testsome(n, reqs, outcount, indices, sts);
+    depth--;
+    if (keys && *outcount != MPI_UNDEFINED && *outcount > 0) pending_done(keys, indices, *outcount, 0);
+    snapshot_free(keys, buf);
+    return rc;
+}
+
+int MPI_Request_free(MPI_Request *r)
+{
+    uint64_t key = req_key(*r);
+    depth++;
+    int rc = PMPI_Request_free(r);
+    depth--;
+    if (pend_count) pending_done(&key, NULL, 1, 0);
+    return rc;
+}
+
+/* ---- collectives: blocking, traffic by the logical model of docs/pmpi.md ---- */
+int MPI_Barrier(MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Barrier(c);
+    leave(t0);
+    return rc;
+}
+
+/* Root sends count x type to every other rank. */
+int MPI_Bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Bcast(buf, count, t, root, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci && ci->me == root) to_all_others(ci, type_bytes(t, count));
+    leave(t0);
+    return rc;
+}
+
+/* Every non-root rank sends its count x type to the root. */
+int MPI_Reduce(const void *s, void *r, int count, MPI_Datatype t, MPI_Op op, int root, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Reduce(s, r, count, t, op, root, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci && ci->me != root) add_to(to_world(ci, root), type_bytes(t, count));
+    leave(t0);
+    return rc;
+}
+
+/* Every rank sends its contribution (count x type) to every other rank. */
+int MPI_Allreduce(const void *s, void *r, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Allreduce(s, r, count, t, op, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci) to_all_others(ci, type_bytes(t, count));
+    leave(t0);
+    return rc;
+}
+
+int MPI_Gather(const void *s, int scount, MPI_Datatype stype, void *r, int rcount, MPI_Datatype rtype, int root,
+               MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Gather(s, scount, stype, r, rcount, rtype, root, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci && ci->me != root) add_to(to_world(ci, root), type_bytes(stype, scount));
+    leave(t0);
+    return rc;
+}
+
+int MPI_Gatherv(const void *s, int scount, MPI_Datatype stype, void *r, const int rcounts[], const int displs[],
+                MPI_Datatype rtype, int root, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Gatherv(s, scount, stype, r, rcounts, displs, rtype, root, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci && ci->me != root) add_to(to_world(ci, root), type_bytes(stype, scount));
+    leave(t0);
+    return rc;
+}
+
+/* Root sends scount x stype to every other rank. */
+int MPI_Scatter(const void *s, int scount, MPI_Datatype stype, void *r, int rcount, MPI_Datatype rtype, int root,
+                MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Scatter(s, scount, stype, r, rcount, rtype, root, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci && ci->me == root) to_all_others(ci, type_bytes(stype, scount));
+    leave(t0);
+    return rc;
+}
+
+int MPI_Scatterv(const void *s, const int scounts[], const int displs[], MPI_Datatype stype, void *r, int rcount,
+                 MPI_Datatype rtype, int root, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Scatterv(s, scounts, displs, stype, r, rcount, rtype, root, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci && ci->me == root)
+        for (int j = 0; j < ci->size; j++)
+            if (j != root && scounts[j] > 0) add_to(to_world(ci, j), type_bytes(stype, scounts[j]));
+    leave(t0);
+    return rc;
+}
+
+/* Every rank sends its block to every other rank (MPI_IN_PLACE: the block is rcount x rtype). */
+int MPI_Allgather(const void *s, int scount, MPI_Datatype stype, void *r, int rcount, MPI_Datatype rtype, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Allgather(s, scount, stype, r, rcount, rtype, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci)
+        to_all_others(ci, s == MPI_IN_PLACE ? type_bytes(rtype, rcount) : type_bytes(stype, scount));
+    leave(t0);
+    return rc;
+}
+
+int MPI_Allgatherv(const void *s, int scount, MPI_Datatype stype, void *r, const int rcounts[], const int displs[],
+                   MPI_Datatype rtype, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Allgatherv(s, scount, stype, r, rcounts, displs, rtype, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci)
+        to_all_others(ci, s == MPI_IN_PLACE ? type_bytes(rtype, rcounts[ci->me]) : type_bytes(stype, scount));
+    leave(t0);
+    return rc;
+}
+
+/* Every rank sends block j to rank j. */
+int MPI_Alltoall(const void *s, int scount, MPI_Datatype stype, void *r, int rcount, MPI_Datatype rtype, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Alltoall(s, scount, stype, r, rcount, rtype, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci)
+        to_all_others(ci, s == MPI_IN_PLACE ? type_bytes(rtype, rcount) : type_bytes(stype, scount));
+    leave(t0);
+    return rc;
+}
+
+int MPI_Alltoallv(const void *s, const int scounts[], const int sdispls[], MPI_Datatype stype, void *r,
+                  const int rcounts[], const int rdispls[], MPI_Datatype rtype, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Alltoallv(s, scounts, sdispls, stype, r, rcounts, rdispls, rtype, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci) {
+        const int *counts = s == MPI_IN_PLACE ? rcounts : scounts;
+        MPI_Datatype t = s == MPI_IN_PLACE ? rtype : stype;
+        for (int j = 0; j < ci->size; j++)
+            if (j != ci->me && counts[j] > 0) add_to(to_world(ci, j), type_bytes(t, counts[j]));
+    }
+    leave(t0);
+    return rc;
+}
+
+/* Rank i sends rank j the part of its vector that j keeps: rcounts[j] x type. */
+int MPI_Reduce_scatter(const void *s, void *r, const int rcounts[], MPI_Datatype t, MPI_Op op, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Reduce_scatter(s, r, rcounts, t, op, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci)
+        for (int j = 0; j < ci->size; j++)
+            if (j != ci->me && rcounts[j] > 0) add_to(to_world(ci, j), type_bytes(t, rcounts[j]));
+    leave(t0);
+    return rc;
+}
+
+int MPI_Reduce_scatter_block(const void *s, void *r, int rcount, MPI_Datatype t, MPI_Op op, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Reduce_scatter_block(s, r, rcount, t, op, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci) to_all_others(ci, type_bytes(t, rcount));
+    leave(t0);
+    return rc;
+}
+
+/* Prefix reductions: rank i's contribution goes to every higher rank. */
+static void to_higher(const struct cinfo *ci, uint64_t bytes)
+{
+    for (int j = ci->me + 1; j < ci->size; j++) add_to(to_world(ci, j), bytes);
+}
+
+int MPI_Scan(const void *s, void *r, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Scan(s, r, count, t, op, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci) to_higher(ci, type_bytes(t, count));
+    leave(t0);
+    return rc;
+}
+
+int MPI_Exscan(const void *s, void *r, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c)
+{
+    uint64_t t0 = enter();
+    int rc = PMPI_Exscan(s, r, count, t, op, c);
+    const struct cinfo *ci = coll_info(c);
+    if (rc == MPI_SUCCESS && ci) to_higher(ci, type_bytes(t, count));
+    leave(t0);
+    return rc;
+}

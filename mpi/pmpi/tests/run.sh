@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Tests of the PMPI agent with every MPI built by mpi/pmpi/build.sh: exact rank matrices for
+# known traffic with 2 to 8 ranks (oversubscribed, as root), the default matrix path, the board
+# file, a program that never calls MPI_Finalize, a rank that crashes, and no MPI at all.
+# Every launch runs under a timeout: nothing may hang.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+builds=${HUDDLE_MPI_BUILD:-$root/build/mpi}
+work=$(mktemp -d /tmp/huddle-pmpi-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fails=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+# launch IMPL NP PROG ARGS...: the program with the agent preloaded; HUDDLE_* pass through.
+launch() {
+  local impl=$1 np=$2; shift 2
+  local lib=$builds/$impl/libhuddle_pmpi.so
+  case $impl in
+    openmpi) timeout -k 5 120 mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np" \
+               -x LD_PRELOAD="$lib" -x HUDDLE_RANK_MATRIX -x HUDDLE_BOARD "$@" ;;
+    mpich)   timeout -k 5 120 mpirun.mpich -np "$np" -genv LD_PRELOAD "$lib" "$@" ;;
+  esac
+}
+
+impls=()
+for impl in openmpi mpich; do
+  if [ -x "$builds/$impl/traffic" ] && command -v "mpirun.$impl" >/dev/null; then impls+=("$impl"); fi
+done
+if [ ${#impls[@]} = 0 ]; then
+  echo "pmpi tests: no MPI build under $builds (run mpi/pmpi/build.sh; it needs Open MPI or MPICH)" >&2
+  exit 1
+fi
+
+for impl in "${impls[@]}"; do
+  for np in 2 3 4 8; do
+    mode=all; [ "$np" = 3 ] && mode=p2p
+    export HUDDLE_RANK_MATRIX=$work/$impl-$np.csv HUDDLE_BOARD=$work/$impl-$np.board
+    if ! launch "$impl" "$np" "$builds/$impl/traffic" "$work/$impl-$np.expected" "$mode" >"$work/log" 2>&1; then
+      fail "$impl np=$np: traffic run failed: $(tail -3 "$work/log")"
+    elif cmp -s "$work/$impl-$np.csv" "$work/$impl-$np.expected"; then
+      pass "$impl np=$np: rank matrix equals the known traffic ($mode)"
+    else
+      fail "$impl np=$np: rank matrix differs from the known traffic"
+      diff "$work/$impl-$np.csv" "$work/$impl-$np.expected" | head -5
+    fi
+    # The board named by HUDDLE_BOARD stays for the manager, private to the user.
+    b=$work/$impl-$np.board
+    if [ -f "$b" ] && [ "$(stat -c %a "$b")" = 600 ]; then pass "$impl np=$np: board kept, mode 0600"
+    else fail "$impl np=$np: board $b missing or not mode 0600"; fi
+    unset HUDDLE_RANK_MATRIX HUDDLE_BOARD
+  done
+
+  # Default path: printed once, the file is there, the per-job board is removed.
+  (cd "$work" && launch "$impl" 2 "$builds/$impl/traffic" "$work/d.expected" all) >"$work/log" 2>&1
+  lines=$(grep -c "huddle-pmpi: rank matrix" "$work/log")
+  path=$(sed -n 's/.*written to //p' "$work/log" | head -1)
+  if [ "$lines" = 1 ] && [ -f "$path" ] && cmp -s "$path" "$work/d.expected" && [ ! -e "${path%.csv}.board" ]; then
+    pass "$impl: default rank matrix path printed once ($path), default board removed"
+    rm -f "$path"
+  else
+    fail "$impl: default path: $lines announcements, path '$path'"
+  fi
+
+  # No MPI_Finalize: a clear line per rank, no hang, no matrix.
+  export HUDDLE_RANK_MATRIX=$work/nofin.csv
+  launch "$impl" 2 "$builds/$impl/nofinalize" >"$work/log" 2>&1
+  rc=$?
+  if [ "$rc" != 124 ] && [ "$rc" != 137 ] && grep -q "exited without calling MPI_Finalize" "$work/log" && [ ! -e "$work/nofin.csv" ]; then
+    pass "$impl: program without MPI_Finalize reported (exit $rc), nothing hangs"
+  else
+    fail "$impl: program without MPI_Finalize: exit $rc: $(tail -3 "$work/log")"
+  fi
+  unset HUDDLE_RANK_MATRIX
+
+  # A rank that crashes while another waits on it: the job ends with an error, no hang.
+  launch "$impl" 3 "$builds/$impl/crash" >"$work/log" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ]; then
+    pass "$impl: crashing rank ends the job (exit $rc), no hang"
+  else
+    fail "$impl: crashing rank: exit $rc"
+  fi
+done
+
+# No MPI installed: the build says so in one line (PATH without any mpicc).
+mkdir -p "$work/bin"
+for t in bash dirname mkdir cat; do ln -s "$(command -v $t)" "$work/bin/$t"; done
+msg=$(PATH=$work/bin HUDDLE_MPI_BUILD=$work/nompi "$root/mpi/pmpi/build.sh" 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "no MPI compiler found" <<<"$msg" && [ ! -e "$work/nompi" ]; then
+  pass "no MPI installed: '$msg'"
+else
+  fail "no MPI installed: exit $rc, '$msg'"
+fi
+msg=$(PATH=$work/bin HUDDLE_REQUIRE_MPI=1 "$root/mpi/pmpi/build.sh" 2>&1); rc=$?
+[ $rc = 1 ] && pass "no MPI installed with HUDDLE_REQUIRE_MPI=1: exit 1" || fail "HUDDLE_REQUIRE_MPI=1: exit $rc"
+
+[ $fails = 0 ] && echo "pmpi tests: all passed" || echo "pmpi tests: $fails failed"
+[ $fails = 0 ]
