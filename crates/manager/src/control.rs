@@ -1,0 +1,189 @@
+//! When to migrate, as CDSM's loop does it, plus the guards a long run needs.
+//!
+//! - Interval: starts at 100 ms, grows by 50 ms while the mapping stays, halves when it
+//!   changes, always within 50 ms..2 s.
+//! - Threshold: migrate only when the candidate's predicted cost is at least `threshold`
+//!   (default 5 %) below the live mapping's, under the same cost model and matrix.
+//! - No ping-pong: a mapping the loop migrated away from is not taken again for
+//!   `return_window_s` (default 10 s), whatever its predicted gain.
+
+use std::collections::VecDeque;
+
+pub const START_MS: u64 = 100;
+pub const STEP_MS: u64 = 50;
+pub const MIN_MS: u64 = 50;
+pub const MAX_MS: u64 = 2000;
+pub const DEFAULT_THRESHOLD: f64 = 0.05;
+pub const DEFAULT_RETURN_WINDOW_S: f64 = 10.0;
+/// How many abandoned mappings are remembered.
+const MEMORY: usize = 8;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    Migrate { gain: f64 },
+    Keep { reason: String },
+}
+
+#[derive(Clone, Debug)]
+pub struct Controller {
+    pub interval_ms: u64,
+    pub threshold: f64,
+    pub return_window_s: f64,
+    /// (mapping, time it was left).
+    abandoned: VecDeque<(Vec<u32>, f64)>,
+}
+
+impl Default for Controller {
+    fn default() -> Self {
+        Controller::new(DEFAULT_THRESHOLD)
+    }
+}
+
+impl Controller {
+    pub fn new(threshold: f64) -> Controller {
+        Controller {
+            interval_ms: START_MS,
+            threshold,
+            return_window_s: DEFAULT_RETURN_WINDOW_S,
+            abandoned: VecDeque::new(),
+        }
+    }
+
+    /// Judges a candidate mapping against the live one at time `now` (seconds) and adapts
+    /// the interval. `current`/`candidate` are PU OS indexes per task.
+    pub fn decide(
+        &mut self,
+        now: f64,
+        current: &[u32],
+        current_cost: f64,
+        candidate: &[u32],
+        candidate_cost: f64,
+    ) -> Verdict {
+        let verdict = self.judge(now, current, current_cost, candidate, candidate_cost);
+        match verdict {
+            Verdict::Migrate { .. } => {
+                self.interval_ms = (self.interval_ms / 2).max(MIN_MS);
+                if self.abandoned.len() == MEMORY {
+                    self.abandoned.pop_front();
+                }
+                self.abandoned.push_back((current.to_vec(), now));
+            }
+            Verdict::Keep { .. } => self.interval_ms = (self.interval_ms + STEP_MS).min(MAX_MS),
+        }
+        verdict
+    }
+
+    fn judge(
+        &self,
+        now: f64,
+        current: &[u32],
+        current_cost: f64,
+        candidate: &[u32],
+        candidate_cost: f64,
+    ) -> Verdict {
+        if candidate == current {
+            return Verdict::Keep {
+                reason: "the live mapping is already the best found".into(),
+            };
+        }
+        if current_cost <= 0.0 {
+            return Verdict::Keep {
+                reason: "no communication cost to reduce".into(),
+            };
+        }
+        let gain = (current_cost - candidate_cost) / current_cost;
+        if gain < self.threshold {
+            return Verdict::Keep {
+                reason: format!(
+                    "predicted gain {:.1}% is below the {:.1}% threshold",
+                    gain * 100.0,
+                    self.threshold * 100.0
+                ),
+            };
+        }
+        if let Some((_, left)) = self.abandoned.iter().rev().find(|(m, _)| m == candidate) {
+            if now - left < self.return_window_s {
+                return Verdict::Keep {
+                    reason: format!(
+                        "refusing to return within {:.0} s to a mapping left at {left:.1} s",
+                        self.return_window_s
+                    ),
+                };
+            }
+        }
+        Verdict::Migrate { gain }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_grows_while_stable_and_halves_on_change() {
+        let mut c = Controller::default();
+        assert_eq!(c.interval_ms, 100);
+        for _ in 0..3 {
+            c.decide(0.0, &[0, 1], 10.0, &[0, 1], 10.0);
+        }
+        assert_eq!(c.interval_ms, 250);
+        assert!(matches!(
+            c.decide(1.0, &[0, 1], 10.0, &[1, 0], 5.0),
+            Verdict::Migrate { .. }
+        ));
+        assert_eq!(c.interval_ms, 125);
+        for _ in 0..100 {
+            c.decide(2.0, &[1, 0], 5.0, &[1, 0], 5.0);
+        }
+        assert_eq!(c.interval_ms, MAX_MS);
+        for t in 0..20 {
+            // Alternating candidates, each migration halves; never below the floor.
+            let (a, b) = if t % 2 == 0 {
+                ([0, 1], [1, 0])
+            } else {
+                ([1, 0], [0, 1])
+            };
+            c.return_window_s = 0.0;
+            c.decide(100.0 + t as f64, &a, 10.0, &b, 1.0);
+        }
+        assert_eq!(c.interval_ms, MIN_MS);
+    }
+
+    #[test]
+    fn small_gains_do_not_migrate() {
+        let mut c = Controller::new(0.05);
+        assert!(matches!(
+            c.decide(0.0, &[0, 1], 100.0, &[1, 0], 96.0),
+            Verdict::Keep { .. }
+        ));
+        assert_eq!(
+            c.decide(0.0, &[0, 1], 100.0, &[1, 0], 95.0),
+            Verdict::Migrate { gain: 0.05 }
+        );
+        assert!(matches!(
+            c.decide(0.0, &[0, 1], 0.0, &[1, 0], 0.0),
+            Verdict::Keep { .. }
+        ));
+    }
+
+    #[test]
+    fn never_returns_to_a_mapping_it_just_left() {
+        let mut c = Controller::new(0.05);
+        let (a, b) = (vec![0, 0, 1, 1], vec![0, 1, 0, 1]);
+        assert!(matches!(
+            c.decide(1.0, &a, 100.0, &b, 50.0),
+            Verdict::Migrate { .. }
+        ));
+        // The matrix changed and now `a` looks better again: refused inside the window...
+        let v = c.decide(2.0, &b, 100.0, &a, 10.0);
+        assert!(
+            matches!(&v, Verdict::Keep { reason } if reason.contains("refusing")),
+            "{v:?}"
+        );
+        // ... and allowed once the window has passed.
+        assert!(matches!(
+            c.decide(12.0, &b, 100.0, &a, 10.0),
+            Verdict::Migrate { .. }
+        ));
+    }
+}

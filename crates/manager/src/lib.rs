@@ -1,0 +1,11 @@
+//! The online manager: the loop behind `huddle run` and `huddle attach`.
+//!
+//! - [`procs`] finds the program's processes and threads in /proc and what each costs.
+//! - [`actuate`] pins threads (sched_setaffinity) and moves pages (move_pages).
+//! - [`control`] decides when to migrate: adaptive interval, threshold, no ping-pong.
+
+pub mod actuate;
+pub mod control;
+pub mod policy;
+pub mod procs;
+pub mod run;

@@ -1,0 +1,178 @@
+//! The program's tasks, read from /proc.
+//!
+//! Only /proc/PID/stat, /proc/PID/task/ and /proc/PID/task/TID/stat are read: plain files the
+//! kernel itself guards, never the symlinks (cwd, root, exe, fd) that could lead elsewhere.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The fields of /proc/.../stat the manager uses.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stat {
+    pub comm: String,
+    pub state: char,
+    pub ppid: u32,
+    /// utime + stime in clock ticks.
+    pub cpu_ticks: u64,
+    /// The CPU it last ran on.
+    pub processor: u32,
+}
+
+/// Parses a stat line. The command may contain spaces and parentheses, so the fields after
+/// it are found from the last ')'.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // rest[0] is field 3 (state); field k is rest[k - 3].
+    let field = |k: usize| rest.get(k - 3).and_then(|s| s.parse::<u64>().ok());
+    Some(Stat {
+        comm,
+        state: rest.first()?.chars().next()?,
+        ppid: field(4)? as u32,
+        cpu_ticks: field(14)? + field(15)?,
+        processor: field(39)? as u32,
+    })
+}
+
+pub fn read_stat(path: &Path) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(path).ok()?)
+}
+
+/// Thread ids of a process (empty if it is gone).
+pub fn threads(pid: u32) -> Vec<u32> {
+    let mut out: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort_unstable();
+    out
+}
+
+/// The process and all its descendants, found by walking /proc once for parent links
+/// (a launcher such as mpirun forks ranks that fork again).
+pub fn process_tree(root: u32) -> Vec<u32> {
+    let mut children: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(st) = read_stat(&e.path().join("stat")) {
+                children.push((st.ppid, pid));
+            }
+        }
+    }
+    let mut tree = BTreeSet::from([root]);
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(_, c) in children.iter().filter(|(pp, _)| *pp == p) {
+            if tree.insert(c) {
+                frontier.push(c);
+            }
+        }
+    }
+    if !Path::new(&format!("/proc/{root}")).exists() {
+        tree.remove(&root);
+    }
+    tree.into_iter().collect()
+}
+
+/// Clock ticks per second, for converting stat CPU times.
+pub fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// CPU seconds this process (huddle itself) has used.
+pub fn own_cpu_seconds() -> f64 {
+    read_stat(Path::new("/proc/self/stat")).map_or(0.0, |s| s.cpu_ticks as f64 / ticks_per_second())
+}
+
+/// Whether this process may act on `pid` as a debugger could (the kernel's ptrace access
+/// check, PTRACE_MODE_ATTACH_REALCREDS). process_vm_readv makes exactly that check before it
+/// reads; address 0 then fails with EFAULT, so EFAULT means "allowed", EPERM "not allowed".
+pub fn may_ptrace(pid: u32) -> Result<(), std::io::Error> {
+    let mut byte = 0u8;
+    let local = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 1,
+    };
+    // SAFETY: both iovecs are valid for the duration of the call; the remote one is only
+    // interpreted by the kernel.
+    let r = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if r >= 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EFAULT) => Ok(()),
+        _ => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_with_odd_commands_parse() {
+        let line = "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 3 0 \
+                    1000 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        let st = parse_stat(line).unwrap();
+        assert_eq!(st.comm, "a) b (c)");
+        assert_eq!(
+            (st.state, st.ppid, st.cpu_ticks, st.processor),
+            ('S', 17, 280, 1)
+        );
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn finds_own_threads_and_children() {
+        let me = std::process::id();
+        let before = threads(me).len();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let h = std::thread::spawn(move || {
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        });
+        assert!(threads(me).len() > before);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        h.join().unwrap();
+
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(process_tree(me).contains(&child.id()));
+        assert!(may_ptrace(child.id()).is_ok());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!process_tree(me).contains(&child.id()));
+    }
+
+    #[test]
+    fn a_vanished_process_has_no_tree_and_no_threads() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(process_tree(pid).is_empty());
+        assert!(threads(pid).is_empty());
+        assert!(may_ptrace(pid).is_err());
+    }
+}

@@ -1,0 +1,468 @@
+//! The loop: observe, propose, decide, act, record.
+
+use crate::actuate::{self, PinError};
+use crate::control::{Controller, Verdict};
+use crate::policy::Policy;
+use crate::procs;
+use mapping::Target;
+use matrix::CommMatrix;
+use report::{Decision, Placement, RunData, RunInfo, Sample, Snapshot, TaskRecord};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// One task as the observer knows it, in the order tasks appeared.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskInfo {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    /// Seconds since the run started.
+    pub first_seen: f64,
+}
+
+/// How the program ended.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+/// Where communication comes from: a detection session on a launched or attached program.
+pub trait Observer {
+    /// The program's main process.
+    fn pid(&self) -> u32;
+    /// Processes pending events; returns how many were processed.
+    fn poll(&mut self) -> u64;
+    /// The matrix over every task seen so far, and those tasks, in the same order.
+    fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>);
+    /// Ages the matrix after a migration (M -= M >> 2) so new behaviour shows quickly.
+    fn age(&mut self);
+    fn lost(&self) -> u64;
+    /// What the events come from, for the report.
+    fn source(&self) -> String;
+    /// Messages the report should show (fallbacks, missing privileges).
+    fn notes(&self) -> Vec<String>;
+    /// The program's exit, once it has ended (None while it runs, or when attached).
+    fn try_wait(&mut self) -> Option<Exit>;
+    /// Whether the program is still there (for attached programs that are not our child).
+    fn alive(&self) -> bool;
+}
+
+/// Options of one managed run.
+pub struct Config {
+    pub policy: Box<dyn Policy>,
+    pub controller: Controller,
+    /// Pages per task moved per interval with --move-pages (0 = off).
+    pub page_budget: usize,
+    /// One-line live status on stderr.
+    pub status_line: bool,
+    /// Stop managing after this long even if the program runs on (attach mode).
+    pub max_seconds: Option<f64>,
+    pub command: Vec<String>,
+    pub machine_description: String,
+}
+
+/// A pending signal huddle should pass on to the program (set from a signal handler).
+pub static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Live tasks of the snapshot: index in the matrix, and the matrix restricted to them.
+fn live(matrix: &CommMatrix, tasks: &[TaskInfo]) -> (Vec<usize>, CommMatrix) {
+    let idx: Vec<usize> = (0..tasks.len())
+        .filter(|&i| i < matrix.n())
+        .filter(|&i| {
+            std::path::Path::new(&format!("/proc/{}/task/{}", tasks[i].pid, tasks[i].tid)).exists()
+        })
+        .collect();
+    let mut sub = CommMatrix::zeros(idx.len());
+    for (a, &i) in idx.iter().enumerate() {
+        for (b, &j) in idx.iter().enumerate() {
+            if a != b {
+                sub.set(a, b, matrix.get(i, j));
+            }
+        }
+    }
+    (idx, sub.symmetrized())
+}
+
+/// Runs the loop until the program ends (or `max_seconds`), then returns everything the
+/// report needs. Acting failures (a thread that exits, EPERM) are recorded, never fatal.
+pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunData {
+    let start = Instant::now();
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let huddle_cpu0 = procs::own_cpu_seconds();
+    let tick = procs::ticks_per_second();
+    let mut data = RunData::default();
+    let mut pinned: HashMap<u32, usize> = HashMap::new(); // tid -> slot
+    let mut cpu_ticks: HashMap<u32, u64> = HashMap::new();
+    let mut total_events = 0u64;
+    let mut last_snapshot = -1.0f64;
+    let mut last_remap: Option<(f64, f64)> = None;
+    let mut notes: Vec<String> = Vec::new();
+    let os_to_slot: HashMap<u32, usize> = (0..target.num_pus())
+        .map(|g| (target.os_index(g), g))
+        .collect();
+    let exit = loop {
+        // Sleep in short slices so exits and signals are handled promptly.
+        let wake = Instant::now() + Duration::from_millis(cfg.controller.interval_ms);
+        let mut exit = None;
+        while Instant::now() < wake && exit.is_none() {
+            forward_signal(obs.pid());
+            exit = obs.try_wait();
+            if exit.is_none() && !obs.alive() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let t = start.elapsed().as_secs_f64();
+        let interval_s = cfg.controller.interval_ms as f64 / 1000.0;
+        let events = obs.poll();
+        total_events += events;
+        let (matrix, tasks) = obs.snapshot();
+        let (live_idx, sub) = live(&matrix, &tasks);
+
+        // Where each live task runs now.
+        let mut current = Vec::with_capacity(live_idx.len());
+        for &i in &live_idx {
+            let task = &tasks[i];
+            let stat = procs::read_stat(std::path::Path::new(&format!(
+                "/proc/{}/task/{}/stat",
+                task.pid, task.tid
+            )));
+            if let Some(st) = &stat {
+                cpu_ticks.insert(task.tid, st.cpu_ticks);
+                data.placements.push(Placement {
+                    t,
+                    task: i,
+                    pu: st.processor,
+                });
+            }
+            let here = stat
+                .and_then(|s| os_to_slot.get(&s.processor).copied())
+                .unwrap_or(0);
+            current.push(pinned.get(&task.tid).copied().unwrap_or(here));
+        }
+        data.samples.push(Sample {
+            t,
+            events,
+            lost: obs.lost(),
+            events_per_s: events as f64 / interval_s.max(1e-3),
+            tasks: live_idx.len(),
+        });
+        if t - last_snapshot >= 1.0 && matrix.n() > 0 {
+            data.snapshots.push(Snapshot {
+                t,
+                matrix: matrix.symmetrized().to_rows(),
+            });
+            last_snapshot = t;
+        }
+
+        if let (Some(proposal), false) = (
+            cfg.policy.propose(&sub, target, &current),
+            live_idx.is_empty(),
+        ) {
+            let cost_now = mapping::cost::evaluate_matrix(&sub, target, &current).cost;
+            let cost_new = mapping::cost::evaluate_matrix(&sub, target, &proposal.slots).cost;
+            let cur_os: Vec<u32> = current.iter().map(|&g| target.os_index(g)).collect();
+            let new_os: Vec<u32> = proposal.slots.iter().map(|&g| target.os_index(g)).collect();
+            let interval_ms = cfg.controller.interval_ms;
+            let verdict = cfg
+                .controller
+                .decide(t, &cur_os, cost_now, &new_os, cost_new);
+            let (action, gain, reason) = match verdict {
+                Verdict::Migrate { gain } => {
+                    for (k, &i) in live_idx.iter().enumerate() {
+                        let task = &tasks[i];
+                        match actuate::set_affinity(task.tid, &[new_os[k]]) {
+                            Ok(()) => {
+                                pinned.insert(task.tid, proposal.slots[k]);
+                            }
+                            Err(PinError::Gone(_)) => {}
+                            Err(e) => push_note(&mut notes, e.to_string()),
+                        }
+                        if cfg.page_budget > 0 && task.tid == task.pid {
+                            move_pages(
+                                target,
+                                task.pid,
+                                proposal.slots[k],
+                                cfg.page_budget,
+                                &mut notes,
+                            );
+                        }
+                    }
+                    obs.age();
+                    last_remap = Some((t, gain));
+                    ("migrate", gain, proposal.reason.clone())
+                }
+                Verdict::Keep { reason } => {
+                    ("keep", (cost_now - cost_new) / cost_now.max(1e-12), reason)
+                }
+            };
+            data.decisions.push(Decision {
+                t,
+                interval_ms,
+                action: action.into(),
+                cost_current: cost_now,
+                cost_new,
+                predicted_gain: gain,
+                mapping: if action == "migrate" { new_os } else { cur_os },
+                reason,
+            });
+        }
+        if cfg.status_line {
+            let remap = last_remap.map_or("no remap yet".to_string(), |(at, g)| {
+                format!(
+                    "last remap {:.1}s ago ({:.0}% predicted gain)",
+                    t - at,
+                    g * 100.0
+                )
+            });
+            eprint!(
+                "\rhuddle: {} tasks, {:.0} events/s, {remap}\x1b[K",
+                live_idx.len(),
+                events as f64 / interval_s.max(1e-3)
+            );
+        }
+        if let Some(e) = exit {
+            break Some(e);
+        }
+        if !obs.alive() {
+            break obs.try_wait();
+        }
+        if cfg.max_seconds.is_some_and(|m| t >= m) {
+            break None;
+        }
+    };
+    if cfg.status_line {
+        eprintln!();
+    }
+
+    let (matrix, tasks) = obs.snapshot();
+    let duration = start.elapsed().as_secs_f64();
+    data.tasks = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, task)| TaskRecord {
+            index: i,
+            tid: task.tid,
+            pid: task.pid,
+            comm: task.comm.clone(),
+            first_seen_s: task.first_seen,
+            last_seen_s: duration,
+            cpu_s: cpu_ticks.get(&task.tid).copied().unwrap_or(0) as f64 / tick,
+        })
+        .collect();
+    data.matrix = Some(matrix.symmetrized());
+    notes.extend(obs.notes());
+    data.info = RunInfo {
+        schema: report::SCHEMA.into(),
+        command: cfg.command.clone(),
+        pid: obs.pid(),
+        started_unix,
+        duration_s: duration,
+        exit_code: match exit {
+            Some(Exit::Code(c)) => Some(c),
+            _ => None,
+        },
+        exit_signal: match exit {
+            Some(Exit::Signal(s)) => Some(s),
+            _ => None,
+        },
+        policy: cfg.policy.name(),
+        machine: cfg.machine_description.clone(),
+        allowed_pus: target
+            .allowed_pus()
+            .iter()
+            .map(|&g| target.os_index(g))
+            .collect(),
+        threshold: cfg.controller.threshold,
+        huddle_cpu_s: procs::own_cpu_seconds() - huddle_cpu0,
+        target_cpu_s: data.tasks.iter().map(|t| t.cpu_s).sum(),
+        detection_source: obs.source(),
+        events: total_events,
+        lost_events: obs.lost(),
+        notes,
+    };
+    data
+}
+
+fn push_note(notes: &mut Vec<String>, note: String) {
+    if !notes.contains(&note) {
+        notes.push(note);
+    }
+}
+
+/// With several NUMA nodes, moves up to `budget` of the process's private pages to the node
+/// of its new PU.
+fn move_pages(target: &Target, pid: u32, slot: usize, budget: usize, notes: &mut Vec<String>) {
+    let Some(node) = target.pu(slot).numa else {
+        return;
+    };
+    let os_node = target.machines()[target.node_of(slot)]
+        .numa_nodes
+        .get(node as usize)
+        .map(|n| n.os_index);
+    if let Some(os_node) = os_node {
+        if let Err(e) = actuate::move_private_pages(pid, os_node as i32, budget) {
+            push_note(notes, format!("move_pages for process {pid}: {e}"));
+        }
+    }
+}
+
+/// Passes a signal huddle received (from kill, not from the terminal) on to the program.
+fn forward_signal(pid: u32) {
+    let sig = FORWARD.swap(0, std::sync::atomic::Ordering::SeqCst);
+    if sig != 0 {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid as libc::pid_t, sig);
+        }
+    }
+}
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // A signal the terminal sent reached the whole foreground process group, the program
+    // included; only signals sent to huddle alone (kill, si_code <= 0) are passed on.
+    // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
+    let from_user = info.is_null() || unsafe { (*info).si_code } <= 0;
+    if from_user {
+        FORWARD.store(sig, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Installs the forwarding handler for SIGINT, SIGTERM, SIGHUP and SIGQUIT.
+pub fn install_signal_forwarding() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                on_signal;
+            sa.sa_sigaction = handler as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Child, Command};
+    use topology::Machine;
+
+    /// Real child processes as tasks, with a fixed matrix: checks the loop and the actuation,
+    /// not detection (which has its own tests).
+    struct Fixed {
+        children: Vec<Child>,
+        matrix: CommMatrix,
+        aged: usize,
+    }
+
+    impl Observer for Fixed {
+        fn pid(&self) -> u32 {
+            self.children[0].id()
+        }
+        fn poll(&mut self) -> u64 {
+            10
+        }
+        fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
+            let tasks = self
+                .children
+                .iter()
+                .map(|c| TaskInfo {
+                    tid: c.id(),
+                    pid: c.id(),
+                    comm: "sleep".into(),
+                    first_seen: 0.0,
+                })
+                .collect();
+            (self.matrix.clone(), tasks)
+        }
+        fn age(&mut self) {
+            self.aged += 1;
+        }
+        fn lost(&self) -> u64 {
+            0
+        }
+        fn source(&self) -> String {
+            "fixed matrix (test)".into()
+        }
+        fn notes(&self) -> Vec<String> {
+            Vec::new()
+        }
+        fn try_wait(&mut self) -> Option<Exit> {
+            None
+        }
+        fn alive(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn moves_partners_together_and_records_it() {
+        let machine = Machine::from_system().unwrap();
+        let pus: Vec<u32> = machine
+            .allowed_pus()
+            .map(|p| machine.pus[p].os_index)
+            .collect();
+        if pus.len() < 2 {
+            eprintln!("one PU: nothing to move between");
+            return;
+        }
+        let target = Target::machine(machine);
+        let children: Vec<Child> = (0..4)
+            .map(|_| Command::new("sleep").arg("30").spawn().unwrap())
+            .collect();
+        // Worst start: partners (0,2) and (1,3) on different PUs.
+        for (k, c) in children.iter().enumerate() {
+            actuate::set_affinity(c.id(), &[pus[k / 2]]).unwrap();
+        }
+        let mut m = CommMatrix::zeros(4);
+        for (a, b) in [(0, 2), (1, 3)] {
+            m.set(a, b, 100.0);
+            m.set(b, a, 100.0);
+        }
+        let mut obs = Fixed {
+            children,
+            matrix: m,
+            aged: 0,
+        };
+        let cfg = Config {
+            policy: crate::policy::parse("comm", 1).unwrap(),
+            controller: Controller::default(),
+            page_budget: 0,
+            status_line: false,
+            max_seconds: Some(0.6),
+            command: vec!["sleep".into()],
+            machine_description: "this machine".into(),
+        };
+        let data = manage(&mut obs, &target, cfg);
+        let aff = |k: usize| actuate::get_affinity(obs.children[k].id()).unwrap();
+        assert_eq!(aff(0), aff(2), "partners 0 and 2 share a PU");
+        assert_eq!(aff(1), aff(3), "partners 1 and 3 share a PU");
+        assert_eq!(aff(0).len(), 1);
+        let migrations: Vec<&Decision> = data
+            .decisions
+            .iter()
+            .filter(|d| d.action == "migrate")
+            .collect();
+        assert_eq!(
+            migrations.len(),
+            1,
+            "one migration, then the loop holds: {:?}",
+            data.decisions
+        );
+        assert!(migrations[0].predicted_gain > 0.9);
+        assert_eq!(obs.aged, 1, "the matrix ages after the migration");
+        assert!(data.decisions.len() >= 2);
+        assert_eq!(data.tasks.len(), 4);
+        assert!(!data.placements.is_empty());
+        for c in &mut obs.children {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+}
