@@ -1,0 +1,214 @@
+//! Dual recursive bipartitioning (the method of Scotch and CDSM): split the machine tree in
+//! two halves, split the tasks into two parts of the same sizes with the least traffic
+//! between them, and recurse. Every pair cut at a tree node pays that node's cost, which is
+//! at least what it would pay lower down, so minimising each cut is the right local goal.
+//!
+//! Parts are grown greedily from the heaviest task and refined by Fiduccia-Mattheyses passes
+//! of pair swaps (sizes stay exact).
+
+use crate::arch::{Arch, LEAF};
+use crate::Graph;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// Returns the leaf of each task.
+pub fn map(graph: &Graph, arch: &Arch) -> Vec<usize> {
+    let n = graph.n();
+    let mut st = State {
+        graph,
+        side: vec![NONE; n],
+        leaf_of: vec![0; n],
+        strength: (0..n).map(|i| graph.strength(i)).collect(),
+    };
+    let tasks: Vec<usize> = (0..n).collect();
+    st.recurse(arch, vec![arch.root()], tasks);
+    st.leaf_of
+}
+
+const NONE: u8 = 2;
+
+struct State<'a> {
+    graph: &'a Graph,
+    /// 0 or 1 for tasks of the part being split, NONE for the others.
+    side: Vec<u8>,
+    leaf_of: Vec<usize>,
+    strength: Vec<f64>,
+}
+
+#[derive(PartialEq)]
+struct Key(f64, usize);
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.0.total_cmp(&o.0).then(o.1.cmp(&self.1))
+    }
+}
+
+impl State<'_> {
+    /// Maps `tasks` onto the tree entries `part` (nodes or leaves with as many leaves).
+    fn recurse(&mut self, arch: &Arch, mut part: Vec<usize>, tasks: Vec<usize>) {
+        while part.len() == 1 {
+            let e = part[0];
+            if e >= LEAF {
+                if let Some(&t) = tasks.first() {
+                    self.leaf_of[t] = e - LEAF;
+                }
+                return;
+            }
+            part = arch.nodes[e].children.clone();
+        }
+        // Split the entries where the leaf counts come closest to halves.
+        let sizes: Vec<usize> = part.iter().map(|&e| arch.size(e)).collect();
+        let total: usize = sizes.iter().sum();
+        let (mut acc, mut cut, mut best) = (0, 1, usize::MAX);
+        for (k, s) in sizes.iter().enumerate().take(part.len() - 1) {
+            acc += s;
+            let diff = acc.abs_diff(total - acc);
+            if diff < best {
+                best = diff;
+                cut = k + 1;
+            }
+        }
+        let size_a: usize = sizes[..cut].iter().sum();
+        let (a, b) = self.bisect(&tasks, size_a);
+        let right = part.split_off(cut);
+        self.recurse(arch, part, a);
+        self.recurse(arch, right, b);
+    }
+
+    fn bisect(&mut self, tasks: &[usize], size_a: usize) -> (Vec<usize>, Vec<usize>) {
+        for &t in tasks {
+            self.side[t] = 1;
+        }
+        self.grow(tasks, size_a);
+        for _ in 0..8 {
+            if self.fm_pass(tasks) <= 1e-9 {
+                break;
+            }
+        }
+        let (a, b): (Vec<usize>, Vec<usize>) = tasks.iter().partition(|&&t| self.side[t] == 0);
+        for &t in tasks {
+            self.side[t] = NONE;
+        }
+        (a, b)
+    }
+
+    /// Moves `size_a` tasks to side 0, always the one with the most traffic into side 0.
+    fn grow(&mut self, tasks: &[usize], size_a: usize) {
+        let mut by_strength: Vec<usize> = tasks.to_vec();
+        by_strength.sort_by(|&x, &y| {
+            self.strength[y]
+                .total_cmp(&self.strength[x])
+                .then(x.cmp(&y))
+        });
+        let mut next_seed = 0;
+        let mut conn: std::collections::HashMap<usize, f64> = Default::default();
+        let mut heap = BinaryHeap::new();
+        let mut taken = 0;
+        while taken < size_a {
+            let pick = loop {
+                match heap.pop() {
+                    Some(Key(g, v)) if self.side[v] == 1 && conn.get(&v) == Some(&g) => {
+                        break Some(v)
+                    }
+                    Some(_) => continue,
+                    None => break None,
+                }
+            };
+            let v = match pick {
+                Some(v) => v,
+                None => {
+                    while self.side[by_strength[next_seed]] != 1 {
+                        next_seed += 1;
+                    }
+                    by_strength[next_seed]
+                }
+            };
+            self.side[v] = 0;
+            taken += 1;
+            for (u, w) in self.graph.neighbors(v) {
+                if self.side[u] == 1 {
+                    let c = conn.entry(u).or_insert(0.0);
+                    *c += w;
+                    heap.push(Key(*c, u));
+                }
+            }
+        }
+    }
+
+    /// One pass of pair swaps, keeping the best prefix; returns the cut reduction.
+    fn fm_pass(&mut self, tasks: &[usize]) -> f64 {
+        let mut gain = std::collections::HashMap::with_capacity(tasks.len());
+        let mut heaps = [BinaryHeap::new(), BinaryHeap::new()];
+        for &t in tasks {
+            let s = self.side[t];
+            let mut g = 0.0;
+            for (u, w) in self.graph.neighbors(t) {
+                if self.side[u] == NONE {
+                    continue;
+                }
+                g += if self.side[u] == s { -w } else { w };
+            }
+            gain.insert(t, g);
+            heaps[s as usize].push(Key(g, t));
+        }
+        let mut locked = std::collections::HashSet::new();
+        let mut moves = Vec::new();
+        let (mut cum, mut best, mut best_len) = (0.0f64, 0.0f64, 0usize);
+        loop {
+            let mut pop = |s: usize, gain: &std::collections::HashMap<usize, f64>| loop {
+                match heaps[s].pop() {
+                    Some(Key(g, v)) if !locked.contains(&v) && gain.get(&v) == Some(&g) => {
+                        return Some(v)
+                    }
+                    Some(_) => continue,
+                    None => return None,
+                }
+            };
+            let (Some(a), Some(b)) = (pop(0, &gain), pop(1, &gain)) else {
+                break;
+            };
+            let wab: f64 = self
+                .graph
+                .neighbors(a)
+                .filter(|&(u, _)| u == b)
+                .map(|(_, w)| w)
+                .sum();
+            cum += gain[&a] + gain[&b] - 2.0 * wab;
+            for v in [a, b] {
+                locked.insert(v);
+                let from = self.side[v];
+                self.side[v] = 1 - from;
+                for (u, w) in self.graph.neighbors(v) {
+                    if self.side[u] == NONE || locked.contains(&u) {
+                        continue;
+                    }
+                    let g = gain.get_mut(&u).expect("tasks of the part have gains");
+                    *g += if self.side[u] == from {
+                        2.0 * w
+                    } else {
+                        -2.0 * w
+                    };
+                    heaps[self.side[u] as usize].push(Key(*g, u));
+                }
+            }
+            moves.push((a, b));
+            if cum > best + 1e-12 {
+                best = cum;
+                best_len = moves.len();
+            } else if moves.len() - best_len > 64 {
+                break;
+            }
+        }
+        for &(a, b) in &moves[best_len..] {
+            self.side[a] = 0;
+            self.side[b] = 1;
+        }
+        best
+    }
+}
