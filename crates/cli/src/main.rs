@@ -4,6 +4,7 @@
 mod exit;
 mod machine_args;
 mod topo;
+mod workload;
 
 use clap::{Parser, Subcommand};
 
@@ -29,12 +30,15 @@ struct Cli {
 enum Command {
     /// Show the machine model: levels, caches, NUMA nodes, PU OS indexes (hwloc underneath)
     Topo(topo::Args),
+    /// Run a built-in workload whose communication is known; write its ground-truth matrix
+    Workload(workload::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Topo(a) => topo::run(a),
+        Command::Workload(a) => workload::run(a),
     };
     std::process::exit(exit::report(result));
 }
