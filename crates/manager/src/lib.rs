@@ -6,6 +6,7 @@
 
 pub mod actuate;
 pub mod control;
+pub mod observe;
 pub mod policy;
 pub mod procs;
 pub mod run;

@@ -58,9 +58,15 @@ pub struct Config {
     pub status_line: bool,
     /// Stop managing after this long even if the program runs on (attach mode).
     pub max_seconds: Option<f64>,
+    /// Communication (matrix total over live tasks) required before the first decision:
+    /// the first faults are mostly first-touch initialisation, not the program's pattern.
+    pub min_traffic: f64,
     pub command: Vec<String>,
     pub machine_description: String,
 }
+
+/// Default for [`Config::min_traffic`].
+pub const DEFAULT_MIN_TRAFFIC: f64 = 64.0;
 
 /// A pending signal huddle should pass on to the program (set from a signal handler).
 pub static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
@@ -105,19 +111,22 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         .collect();
     let exit = loop {
         // Sleep in short slices so exits and signals are handled promptly.
+        // Events are drained every slice, so per-CPU buffers never wait a whole interval.
         let wake = Instant::now() + Duration::from_millis(cfg.controller.interval_ms);
         let mut exit = None;
+        let mut events = 0;
         while Instant::now() < wake && exit.is_none() {
             forward_signal(obs.pid());
             exit = obs.try_wait();
             if exit.is_none() && !obs.alive() {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(20));
+            events += obs.poll();
         }
+        events += obs.poll();
         let t = start.elapsed().as_secs_f64();
         let interval_s = cfg.controller.interval_ms as f64 / 1000.0;
-        let events = obs.poll();
         total_events += events;
         let (matrix, tasks) = obs.snapshot();
         let (live_idx, sub) = live(&matrix, &tasks);
@@ -436,6 +445,7 @@ mod tests {
             page_budget: 0,
             status_line: false,
             max_seconds: Some(0.6),
+            min_traffic: 64.0,
             command: vec!["sleep".into()],
             machine_description: "this machine".into(),
         };

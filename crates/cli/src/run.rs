@@ -1,0 +1,194 @@
+//! `huddle run` and `huddle attach`: manage a program online.
+
+use crate::exit::bad_input;
+use manager::control::Controller;
+use manager::observe::Detected;
+use manager::run::{self, Config};
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Clone)]
+pub struct Common {
+    /// comm (map the detected communication continuously), static:ALGO (map once with ALGO:
+    /// huddle, drb, greedy, treematch, scotch, compact, scatter, round-robin, random, identity),
+    /// none (observe and report only)
+    #[arg(long, default_value = "comm", value_name = "POLICY")]
+    pub policy: String,
+    /// Migrate only when the predicted communication cost falls by at least this many percent
+    #[arg(long, default_value_t = 5.0, value_name = "PERCENT")]
+    pub threshold: f64,
+    /// Move each process's private pages to the NUMA node of its new PU (move_pages)
+    #[arg(long)]
+    pub move_pages: bool,
+    /// Pages moved per process per interval with --move-pages (the rate limit)
+    #[arg(long, default_value_t = 1024, value_name = "PAGES")]
+    pub page_budget: usize,
+    /// Only use these PUs (hwloc location syntax: pu:0-3, core:2, package:1.core:0, 0-3)
+    #[arg(long, value_name = "LOCATION")]
+    pub pus: Option<String>,
+    /// Write the raw data and an HTML report (index.html) into DIR
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+    /// Bytes per detection block (power of two)
+    #[arg(long, default_value_t = 256, value_name = "BYTES")]
+    pub block_size: u64,
+    /// Treat each process, not each thread, as one task (for multi-process programs)
+    #[arg(long)]
+    pub processes: bool,
+    /// Communication events needed before the first decision (first-touch noise guard)
+    #[arg(long, default_value_t = manager::run::DEFAULT_MIN_TRAFFIC, value_name = "EVENTS")]
+    pub min_traffic: f64,
+    /// Seed of the mapping algorithms
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// No live status line on stderr
+    #[arg(long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub machine: crate::machine_args::MachineArgs,
+}
+
+#[derive(clap::Args)]
+#[command(long_about = "Launch a program and manage it online: detect which of its threads and \
+    processes communicate (page faults, with the agent preloaded for extra faults), map them \
+    onto the machine so that partners share caches, and pin them (sched_setaffinity on every \
+    thread) whenever the predicted communication cost falls by at least the threshold. The \
+    interval adapts (100 ms, +50 ms while stable, halved after a change, 50 ms..2 s) and the \
+    matrix ages after each migration (M -= M >> 2). Returns the program's exit status; SIGINT \
+    and SIGTERM sent to huddle are passed on. If huddle is killed the program runs on.")]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Do not preload the agent (only first-touch faults are seen)
+    #[arg(long)]
+    pub no_agent: bool,
+    /// The program and its arguments
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(clap::Args)]
+#[command(long_about = "Manage a program that is already running: like `huddle run`, but the \
+    agent cannot be preloaded, so only first-touch faults of new memory are seen. huddle only \
+    acts on processes its user may ptrace. Stops when the program ends, after --seconds, or on \
+    SIGINT; the program runs on.")]
+pub struct AttachArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Stop managing after this many seconds
+    #[arg(long, value_name = "S")]
+    pub seconds: Option<f64>,
+    /// The process to manage
+    pub pid: i32,
+}
+
+fn detect_config(c: &Common, agent: bool) -> detect::Config {
+    detect::Config {
+        block_size: c.block_size,
+        granularity: if c.processes { detect::Granularity::Process } else { detect::Granularity::Thread },
+        agent: agent.then(|| detect::AgentConfig {
+            library: crate::agent::library(),
+            rearm_rate: 0.01,
+            rearm_floor: 64,
+            interval_ms: 10,
+            private_memory: true,
+        }),
+        ..detect::Config::default()
+    }
+}
+
+fn check(c: &Common) -> anyhow::Result<(mapping::Target, Box<dyn manager::policy::Policy>, String)> {
+    if !(0.0..100.0).contains(&c.threshold) {
+        return Err(bad_input(format!("--threshold {}: must be at least 0 and below 100", c.threshold)));
+    }
+    let policy = manager::policy::parse(&c.policy, c.seed).map_err(bad_input)?;
+    let machine = c.machine.load()?;
+    let counts = machine.counts();
+    let description = format!(
+        "{} ({} PUs, {} cores, {} L3, {} NUMA nodes)",
+        match &machine.source {
+            topology::Source::System => "this machine".to_string(),
+            topology::Source::Xml(p) => p.display().to_string(),
+            topology::Source::Synthetic(d) => d.clone(),
+        },
+        counts.pu,
+        counts.core,
+        counts.l3,
+        counts.numa
+    );
+    let mut target = mapping::Target::machine(machine);
+    if let Some(loc) = &c.pus {
+        target.restrict(loc).map_err(bad_input)?;
+    }
+    Ok((target, policy, description))
+}
+
+fn config(c: &Common, policy: Box<dyn manager::policy::Policy>, command: Vec<String>, machine: String) -> Config {
+    Config {
+        policy,
+        controller: Controller::new(c.threshold / 100.0),
+        page_budget: if c.move_pages { c.page_budget } else { 0 },
+        status_line: !c.quiet && std::io::stderr().is_terminal(),
+        max_seconds: None,
+        min_traffic: c.min_traffic,
+        command,
+        machine_description: machine,
+    }
+}
+
+fn finish(c: &Common, data: &report::RunData) -> anyhow::Result<()> {
+    if let Some(dir) = &c.report {
+        data.save(dir)?;
+        let page = report::render(dir)?;
+        eprintln!("huddle: report in {}", page.display());
+    }
+    Ok(())
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let (target, policy, machine) = check(&args.common)?;
+    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let session = detect::Session::start(
+        detect::Target::Spawn { program: program.clone(), args: rest.to_vec() },
+        &detect_config(&args.common, !args.no_agent),
+    )
+    .map_err(|e| match e {
+        detect::DetectError::CommandNotFound(_) => crate::exit::Exit { code: 127, message: e.to_string() }.into(),
+        detect::DetectError::BlockSize(_) => bad_input(e),
+        other => anyhow::Error::new(other),
+    })?;
+    run::install_signal_forwarding();
+    let command = args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut obs = Detected { session, spawned: true };
+    let data = run::manage(&mut obs, &target, config(&args.common, policy, command, machine));
+    finish(&args.common, &data)?;
+    Ok(match (data.info.exit_code, data.info.exit_signal) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => 1,
+    })
+}
+
+pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
+    let (target, policy, machine) = check(&args.common)?;
+    if args.pid <= 0 {
+        return Err(bad_input(format!("{}: not a process id", args.pid)));
+    }
+    manager::procs::may_ptrace(args.pid as u32).map_err(|e| {
+        bad_input(format!("process {}: not allowed to act on it ({e}); huddle only manages processes its user may ptrace", args.pid))
+    })?;
+    let session = detect::Session::start(detect::Target::Attach(args.pid), &detect_config(&args.common, false))
+        .map_err(|e| match e {
+            detect::DetectError::NoSuchProcess(_) => bad_input(e),
+            other => anyhow::Error::new(other),
+        })?;
+    run::install_signal_forwarding();
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", args.pid)).unwrap_or_default();
+    let mut obs = Detected { session, spawned: false };
+    let mut cfg = config(&args.common, policy, vec![format!("pid {} ({})", args.pid, comm.trim())], machine);
+    cfg.max_seconds = args.seconds;
+    let data = run::manage(&mut obs, &target, cfg);
+    finish(&args.common, &data)?;
+    Ok(0)
+}
