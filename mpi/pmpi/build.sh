@@ -14,7 +14,7 @@ for impl in openmpi mpich; do
   mkdir -p "$out/$impl"
   flags=(-O2 -g -Wall -Wextra -Wno-stringop-overflow)
   "$cc" "${flags[@]}" -fPIC -shared -o "$out/$impl/libhuddle_pmpi.so" "$root/mpi/pmpi/huddle_pmpi.c"
-  for t in traffic nofinalize crash; do
+  for t in traffic nofinalize crash timesplit; do
     "$cc" "${flags[@]}" -o "$out/$impl/$t" "$root/mpi/pmpi/tests/$t.c"
   done
   for src in "$root"/bench/pmpi/*.c "$root"/bench/simmer/*.c; do

@@ -32,6 +32,10 @@ if [ ${#impls[@]} = 0 ]; then
   exit 1
 fi
 
+# The Rust reader of the board, built once.
+(cd "$root" && cargo build -q -p simmer --example board) || { echo "pmpi tests: cannot build the board reader" >&2; exit 1; }
+board_reader=$root/target/debug/examples/board
+
 for impl in "${impls[@]}"; do
   for np in 2 3 4 8; do
     mode=all; [ "$np" = 3 ] && mode=p2p
@@ -44,12 +48,35 @@ for impl in "${impls[@]}"; do
       fail "$impl np=$np: rank matrix differs from the known traffic"
       diff "$work/$impl-$np.csv" "$work/$impl-$np.expected" | head -5
     fi
-    # The board named by HUDDLE_BOARD stays for the manager, private to the user.
+    # The board named by HUDDLE_BOARD stays for the manager, private to the user, and the
+    # Rust reader (crates/simmer board.rs) gets the same matrix from it.
     b=$work/$impl-$np.board
     if [ -f "$b" ] && [ "$(stat -c %a "$b")" = 600 ]; then pass "$impl np=$np: board kept, mode 0600"
     else fail "$impl np=$np: board $b missing or not mode 0600"; fi
+    if "$board_reader" "$b" --matrix >"$work/from-board.csv" && cmp -s "$work/from-board.csv" "$work/$impl-$np.expected"; then
+      pass "$impl np=$np: the Rust board reader gives the same matrix"
+    else
+      fail "$impl np=$np: board reader matrix differs"
+    fi
     unset HUDDLE_RANK_MATRIX HUDDLE_BOARD
   done
+
+  # Time split on the board: rank 0 computed >= 250 ms with its send pending, rank 1 waited.
+  export HUDDLE_BOARD=$work/$impl-time.board HUDDLE_RANK_MATRIX=$work/time.csv
+  if launch "$impl" 2 "$builds/$impl/timesplit" >"$work/log" 2>&1 && "$board_reader" "$HUDDLE_BOARD" >"$work/board.json"; then
+    read -r pend0 comp0 block1 cache <<<"$(awk -F'[:,]' '
+      /"rank":/ {r=$2+0} /"pending_compute_ns":/ {p[r]=$2+0} /"compute_ns":/ {c[r]=$2+0}
+      /"blocking_ns":/ {b[r]=$2+0} /"cache_misses":/ {m=$2}
+      END {gsub(/ /, "", m); print p[0], c[0], b[1], m}' "$work/board.json")"
+    if [ "${pend0:-0}" -ge 250000000 ] && [ "${comp0:-0}" -ge 250000000 ] && [ "${block1:-0}" -ge 250000000 ]; then
+      pass "$impl: time split on the board (rank 0 pending-send compute $((pend0 / 1000000)) ms, rank 1 blocked $((block1 / 1000000)) ms, cache misses: $cache)"
+    else
+      fail "$impl: time split: pending $pend0 compute $comp0 blocked $block1"
+    fi
+  else
+    fail "$impl: timesplit run: $(tail -3 "$work/log")"
+  fi
+  unset HUDDLE_BOARD HUDDLE_RANK_MATRIX
 
   # Default path: printed once, the file is there, the per-job board is removed.
   (cd "$work" && launch "$impl" 2 "$builds/$impl/traffic" "$work/d.expected" all) >"$work/log" 2>&1
