@@ -2,6 +2,7 @@
 //! move them while the program runs. Each subcommand lives in its own module.
 
 mod exit;
+mod launch;
 mod machine_args;
 mod topo;
 mod workload;
@@ -30,6 +31,8 @@ struct Cli {
 enum Command {
     /// Show the machine model: levels, caches, NUMA nodes, PU OS indexes (hwloc underneath)
     Topo(topo::Args),
+    /// Run an MPI program built with huddle-cc as N pinned ranks (huddle's message passing)
+    Launch(launch::Args),
     /// Run a built-in workload whose communication is known; write its ground-truth matrix
     Workload(workload::Args),
 }
@@ -38,6 +41,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Topo(a) => topo::run(a),
+        Command::Launch(a) => launch::run(a),
         Command::Workload(a) => workload::run(a),
     };
     std::process::exit(exit::report(result));

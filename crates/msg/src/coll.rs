@@ -1,0 +1,544 @@
+//! Communicators and the collectives, which follow the machine tree.
+//!
+//! A collective's tree is built level by level from the placement keys the launcher stored
+//! per rank (package, NUMA node, L3, L2, core): ranks are grouped by package, the group
+//! leaders exchange over a binomial tree, then each group recursively by the next level. Data
+//! therefore crosses each package link once per message (not once per rank), and large
+//! messages are cut in segments that flow down (Bcast) or up (Reduce) the tree in a
+//! pipeline. Alltoall is a pairwise exchange with one send and one receive in flight per rank,
+//! so a package link carries at most one message per rank at a time.
+
+use crate::engine::{Engine, Status};
+use crate::ops::{self, Op, Type};
+use crate::shm::NKEYS;
+use crate::MsgError;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Segment size of pipelined collectives.
+pub const SEGMENT: usize = 128 * 1024;
+/// Alltoall blocks up to this size are all posted at once (latency-bound).
+const ALLTOALL_SMALL: usize = 1024;
+
+const TAG_BCAST: i32 = 1;
+const TAG_REDUCE: i32 = 2;
+const TAG_BARRIER: i32 = 3;
+const TAG_GATHER: i32 = 4;
+const TAG_SCATTER: i32 = 5;
+const TAG_ALLTOALL: i32 = 6;
+
+/// One communicator as seen by this rank.
+pub struct Comm {
+    /// World rank of each member, by communicator rank.
+    pub ranks: Vec<usize>,
+    /// Communicator rank of each world rank (-1 if not a member).
+    pub world_to_comm: Arc<Vec<i32>>,
+    /// This rank's communicator rank.
+    pub me: usize,
+    /// Point-to-point context; collectives use ctx + 1.
+    pub ctx: u32,
+    pub errhandler: i32,
+    trees: HashMap<usize, Tree>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tree {
+    pub parent: Option<usize>,
+    pub children: Vec<usize>,
+}
+
+impl Comm {
+    pub fn new(ranks: Vec<usize>, world_size: usize, me: usize, ctx: u32) -> Comm {
+        let mut w2c = vec![-1; world_size];
+        for (c, &w) in ranks.iter().enumerate() {
+            w2c[w] = c as i32;
+        }
+        Comm {
+            ranks,
+            world_to_comm: Arc::new(w2c),
+            me,
+            ctx,
+            errhandler: 0,
+            trees: HashMap::new(),
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        self.ranks.len()
+    }
+
+    fn tree(&mut self, e: &Engine, root: usize) -> Tree {
+        if let Some(t) = self.trees.get(&root) {
+            return t.clone();
+        }
+        let keys: Vec<[u32; NKEYS]> = self.ranks.iter().map(|&w| e.keys(w)).collect();
+        let all = build_trees(&keys, root);
+        let t = all[self.me].clone();
+        self.trees.insert(root, t.clone());
+        t
+    }
+
+    fn coll(&self) -> u32 {
+        self.ctx + 1
+    }
+}
+
+/// Every member's parent and children in the topology tree rooted at `root`.
+pub fn build_trees(keys: &[[u32; NKEYS]], root: usize) -> Vec<Tree> {
+    let mut out = vec![Tree::default(); keys.len()];
+    let members: Vec<usize> = (0..keys.len()).collect();
+    build(keys, &members, root, 0, &mut out);
+    out
+}
+
+fn build(keys: &[[u32; NKEYS]], members: &[usize], root: usize, level: usize, out: &mut [Tree]) {
+    if members.len() <= 1 {
+        return;
+    }
+    if level == NKEYS {
+        let mut order = vec![root];
+        order.extend(members.iter().copied().filter(|&m| m != root));
+        binomial(&order, out);
+        return;
+    }
+    let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for &m in members {
+        groups.entry(keys[m][level]).or_default().push(m);
+    }
+    if groups.len() == 1 {
+        return build(keys, members, root, level + 1, out);
+    }
+    let mut leaders = Vec::new();
+    let mut subgroups = Vec::new();
+    for g in groups.values() {
+        let leader = if g.contains(&root) { root } else { g[0] };
+        if leader == root {
+            leaders.insert(0, leader);
+        } else {
+            leaders.push(leader);
+        }
+        subgroups.push((g.clone(), leader));
+    }
+    // Leader edges first: the child that heads a whole group gets each segment first.
+    binomial(&leaders, out);
+    for (g, leader) in subgroups {
+        build(keys, &g, leader, level + 1, out);
+    }
+}
+
+/// A binomial tree over `order` (order[0] is its root), added to `out`.
+fn binomial(order: &[usize], out: &mut [Tree]) {
+    let n = order.len();
+    // Children with the largest subtrees first.
+    for i in 0..n {
+        let low = if i == 0 {
+            n.next_power_of_two()
+        } else {
+            i & i.wrapping_neg()
+        };
+        let mut step = low >> 1;
+        while step > 0 {
+            if i + step < n {
+                out[order[i]].children.push(order[i + step]);
+                out[order[i + step]].parent = Some(order[i]);
+            }
+            step >>= 1;
+        }
+    }
+}
+
+fn segments(len: usize, unit: usize) -> Vec<(usize, usize)> {
+    let seg = (SEGMENT / unit).max(1) * unit;
+    if len <= seg {
+        return vec![(0, len)];
+    }
+    (0..len)
+        .step_by(seg)
+        .map(|o| (o, seg.min(len - o)))
+        .collect()
+}
+
+fn wait_all(e: &mut Engine, ids: &[usize]) -> Result<(), MsgError> {
+    e.wait_until(|e| ids.iter().all(|&i| e.is_done(i)))?;
+    for &i in ids {
+        e.release(i);
+    }
+    Ok(())
+}
+
+/// Pipelined broadcast of `buf` from `root` down the topology tree.
+pub fn bcast(e: &mut Engine, c: &mut Comm, buf: &mut [u8], root: usize) -> Result<(), MsgError> {
+    if c.size() == 1 {
+        return Ok(());
+    }
+    let t = c.tree(e, root);
+    let segs = segments(buf.len(), 1);
+    let base = buf.as_mut_ptr();
+    let recvs: Vec<usize> = match t.parent {
+        Some(p) => segs
+            .iter()
+            .map(|&(o, l)| {
+                let ptr = unsafe { base.add(o) };
+                // Safety: `buf` outlives the call, which waits for every request.
+                unsafe { e.irecv(ptr, l as u64, c.ranks[p] as i32, c.coll(), TAG_BCAST, None) }
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut sends = Vec::new();
+    for (i, &(o, l)) in segs.iter().enumerate() {
+        if let Some(&r) = recvs.get(i) {
+            e.wait(r)?;
+        }
+        for &ch in &t.children {
+            let ptr = unsafe { base.add(o) };
+            sends.push(unsafe { e.isend(ptr, l as u64, c.ranks[ch], c.coll(), TAG_BCAST) });
+        }
+    }
+    wait_all(e, &sends)
+}
+
+/// Pipelined reduction up the topology tree; `acc` holds this rank's contribution and, at
+/// the root, receives the result.
+pub fn reduce(
+    e: &mut Engine,
+    c: &mut Comm,
+    acc: &mut [u8],
+    ty: Type,
+    op: Op,
+    root: usize,
+) -> Result<(), MsgError> {
+    if c.size() == 1 {
+        return Ok(());
+    }
+    let t = c.tree(e, root);
+    let len = acc.len();
+    let segs = segments(len, ty.size());
+    let mut tmp = vec![0u8; len * t.children.len()];
+    let tbase = tmp.as_mut_ptr();
+    let mut recvs = Vec::with_capacity(segs.len() * t.children.len());
+    for &(o, l) in &segs {
+        for (k, &ch) in t.children.iter().enumerate() {
+            let ptr = unsafe { tbase.add(k * len + o) };
+            // Safety: `tmp` outlives the call, which waits for every request.
+            recvs.push(unsafe {
+                e.irecv(
+                    ptr,
+                    l as u64,
+                    c.ranks[ch] as i32,
+                    c.coll(),
+                    TAG_REDUCE,
+                    None,
+                )
+            });
+        }
+    }
+    let mut sends = Vec::new();
+    let nch = t.children.len();
+    for (s, &(o, l)) in segs.iter().enumerate() {
+        for k in 0..nch {
+            e.wait(recvs[s * nch + k])?;
+            let part = unsafe { std::slice::from_raw_parts(tbase.add(k * len + o), l) };
+            ops::reduce(op, ty, &mut acc[o..o + l], part);
+        }
+        if let Some(p) = t.parent {
+            let ptr = acc[o..].as_ptr();
+            sends.push(unsafe { e.isend(ptr, l as u64, c.ranks[p], c.coll(), TAG_REDUCE) });
+        }
+    }
+    wait_all(e, &sends)
+}
+
+/// Reduce to rank 0 then broadcast, both along the topology tree and pipelined.
+pub fn allreduce(
+    e: &mut Engine,
+    c: &mut Comm,
+    acc: &mut [u8],
+    ty: Type,
+    op: Op,
+) -> Result<(), MsgError> {
+    reduce(e, c, acc, ty, op, 0)?;
+    bcast(e, c, acc, 0)
+}
+
+/// Gather to rank 0 up the topology tree, release down it.
+pub fn barrier(e: &mut Engine, c: &mut Comm) -> Result<(), MsgError> {
+    if c.size() == 1 {
+        return Ok(());
+    }
+    let t = c.tree(e, 0);
+    let ids: Vec<usize> = t
+        .children
+        .iter()
+        .map(|&ch| unsafe {
+            e.irecv(
+                std::ptr::null_mut(),
+                0,
+                c.ranks[ch] as i32,
+                c.coll(),
+                TAG_BARRIER,
+                None,
+            )
+        })
+        .collect();
+    wait_all(e, &ids)?;
+    if let Some(p) = t.parent {
+        e.send(&[], c.ranks[p], c.coll(), TAG_BARRIER)?;
+        e.recv(&mut [], c.ranks[p] as i32, c.coll(), TAG_BARRIER)?;
+    }
+    let ids: Vec<usize> = t
+        .children
+        .iter()
+        .map(|&ch| unsafe { e.isend(std::ptr::null(), 0, c.ranks[ch], c.coll(), TAG_BARRIER) })
+        .collect();
+    wait_all(e, &ids)
+}
+
+/// Gather blocks of different sizes at `root`: rank r's `send` lands at recv[displs[r]..]
+/// (`counts`/`displs` in bytes, used at the root only).
+/// # Safety
+/// At the root, `recv` must hold `displs[r] + counts[r]` bytes for every rank r.
+pub unsafe fn gatherv(
+    e: &mut Engine,
+    c: &mut Comm,
+    send: &[u8],
+    recv: *mut u8,
+    counts: &[usize],
+    displs: &[usize],
+    root: usize,
+) -> Result<(), MsgError> {
+    if c.me != root {
+        e.send(send, c.ranks[root], c.coll(), TAG_GATHER)?;
+        return Ok(());
+    }
+    let mut ids = Vec::new();
+    for r in 0..c.size() {
+        let ptr = unsafe { recv.add(displs[r]) };
+        if r == root {
+            // MPI_IN_PLACE at the root passes its own block as `send` already in place.
+            if !std::ptr::eq(send.as_ptr(), ptr) {
+                unsafe { std::ptr::copy(send.as_ptr(), ptr, send.len().min(counts[r])) };
+            }
+            continue;
+        }
+        ids.push(e.irecv(
+            ptr,
+            counts[r] as u64,
+            c.ranks[r] as i32,
+            c.coll(),
+            TAG_GATHER,
+            None,
+        ));
+    }
+    wait_all(e, &ids)
+}
+
+/// Scatter equal blocks of `block` bytes from `root`.
+/// # Safety
+/// `recv` must hold `block` bytes; at the root `send` must hold `block` bytes per rank.
+pub unsafe fn scatter(
+    e: &mut Engine,
+    c: &mut Comm,
+    send: *const u8,
+    recv: *mut u8,
+    block: usize,
+    root: usize,
+) -> Result<(), MsgError> {
+    if c.me != root {
+        let id = e.irecv(
+            recv,
+            block as u64,
+            c.ranks[root] as i32,
+            c.coll(),
+            TAG_SCATTER,
+            None,
+        );
+        e.wait(id)?;
+        return Ok(());
+    }
+    let mut ids = Vec::new();
+    for r in 0..c.size() {
+        let ptr = unsafe { send.add(r * block) };
+        if r == root {
+            if !std::ptr::eq(ptr, recv) {
+                unsafe { std::ptr::copy(ptr, recv, block) };
+            }
+            continue;
+        }
+        ids.push(e.isend(ptr, block as u64, c.ranks[r], c.coll(), TAG_SCATTER));
+    }
+    wait_all(e, &ids)
+}
+
+/// Personalized exchange: rank r's block for rank d is send[sdispl[d]..+scount[d]], it lands
+/// in d's recv[rdispl[r]..+rcount[r]] (all in bytes).
+#[allow(clippy::too_many_arguments)]
+/// # Safety
+/// `send` and `recv` must hold the blocks the counts and displacements describe.
+pub unsafe fn alltoallv(
+    e: &mut Engine,
+    c: &mut Comm,
+    send: *const u8,
+    scount: &[usize],
+    sdispl: &[usize],
+    recv: *mut u8,
+    rcount: &[usize],
+    rdispl: &[usize],
+) -> Result<(), MsgError> {
+    let n = c.size();
+    let me = c.me;
+    unsafe {
+        std::ptr::copy(
+            send.add(sdispl[me]),
+            recv.add(rdispl[me]),
+            scount[me].min(rcount[me]),
+        )
+    };
+    let small = scount.iter().chain(rcount).all(|&b| b <= ALLTOALL_SMALL);
+    if small {
+        let mut ids = Vec::with_capacity(2 * n);
+        for step in 1..n {
+            let src = (me + n - step) % n;
+            let ptr = unsafe { recv.add(rdispl[src]) };
+            ids.push(e.irecv(
+                ptr,
+                rcount[src] as u64,
+                c.ranks[src] as i32,
+                c.coll(),
+                TAG_ALLTOALL,
+                None,
+            ));
+        }
+        for step in 1..n {
+            let dst = (me + step) % n;
+            let ptr = unsafe { send.add(sdispl[dst]) };
+            ids.push(e.isend(
+                ptr,
+                scount[dst] as u64,
+                c.ranks[dst],
+                c.coll(),
+                TAG_ALLTOALL,
+            ));
+        }
+        return wait_all(e, &ids);
+    }
+    // Step s: send to me+s, receive from me-s. Every rank is at the same step, so each
+    // transfer's partner is ready for it, and each rank has one message in flight each way.
+    for step in 1..n {
+        let dst = (me + step) % n;
+        let src = (me + n - step) % n;
+        let rptr = unsafe { recv.add(rdispl[src]) };
+        let r = e.irecv(
+            rptr,
+            rcount[src] as u64,
+            c.ranks[src] as i32,
+            c.coll(),
+            TAG_ALLTOALL,
+            None,
+        );
+        let sptr = unsafe { send.add(sdispl[dst]) };
+        let s = e.isend(
+            sptr,
+            scount[dst] as u64,
+            c.ranks[dst],
+            c.coll(),
+            TAG_ALLTOALL,
+        );
+        wait_all(e, &[r, s])?;
+    }
+    Ok(())
+}
+
+/// Agrees on a fresh context pair among the members of `c` (collective over `c`).
+pub fn agree_ctx(e: &mut Engine, c: &mut Comm, proposal: u32) -> Result<u32, MsgError> {
+    let mut v = (proposal as u64).to_ne_bytes();
+    allreduce(e, c, &mut v, Type::Uint64, Op::Max)?;
+    Ok(u64::from_ne_bytes(v) as u32)
+}
+
+/// Everyone's `mine` (same length everywhere), concatenated in communicator rank order.
+pub fn allgather(e: &mut Engine, c: &mut Comm, mine: &[u8]) -> Result<Vec<u8>, MsgError> {
+    let b = mine.len();
+    let n = c.size();
+    let mut all = vec![0u8; b * n];
+    let counts = vec![b; n];
+    let displs: Vec<usize> = (0..n).map(|r| r * b).collect();
+    // Safety: `all` holds n blocks of b bytes.
+    unsafe { gatherv(e, c, mine, all.as_mut_ptr(), &counts, &displs, 0)? };
+    bcast(e, c, &mut all, 0)?;
+    Ok(all)
+}
+
+/// Completed status for operations on MPI_PROC_NULL.
+pub fn proc_null_status() -> Status {
+    Status {
+        source: -2,
+        tag: -1,
+        error: 0,
+        bytes: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_tree(trees: &[Tree], root: usize) {
+        // Every non-root has a parent, parent/child links agree, and all reach the root.
+        for (i, t) in trees.iter().enumerate() {
+            if i == root {
+                assert!(t.parent.is_none());
+                continue;
+            }
+            let p = t.parent.expect("non-root has a parent");
+            assert!(trees[p].children.contains(&i));
+            let mut x = i;
+            let mut hops = 0;
+            while let Some(p) = trees[x].parent {
+                x = p;
+                hops += 1;
+                assert!(hops <= trees.len());
+            }
+            assert_eq!(x, root);
+        }
+    }
+
+    #[test]
+    fn package_link_crossed_once() {
+        // 2 packages x 2 L3 x 2 cores; ranks 0-3 on package 0, 4-7 on package 1.
+        let keys: Vec<[u32; NKEYS]> = (0..8u32).map(|r| [r / 4, 0, r / 2, r, r]).collect();
+        for root in 0..8 {
+            let t = build_trees(&keys, root);
+            check_tree(&t, root);
+            let crossing = t
+                .iter()
+                .enumerate()
+                .filter(|(i, x)| x.parent.is_some_and(|p| keys[p][0] != keys[*i][0]))
+                .count();
+            assert_eq!(crossing, 1, "root {root}");
+            let l3_crossing = t
+                .iter()
+                .enumerate()
+                .filter(|(i, x)| x.parent.is_some_and(|p| keys[p][2] != keys[*i][2]))
+                .count();
+            assert_eq!(l3_crossing, 3, "root {root}: one edge per other L3");
+        }
+    }
+
+    #[test]
+    fn flat_machine_is_binomial() {
+        let keys = vec![[0, 0, 0, 0, 0]; 5];
+        let t = build_trees(&keys, 2);
+        check_tree(&t, 2);
+        assert_eq!(t[2].children.len(), 3);
+    }
+
+    #[test]
+    fn segments_cover_exactly() {
+        let s = segments(3 * SEGMENT + 7, 8);
+        assert_eq!(s.iter().map(|x| x.1).sum::<usize>(), 3 * SEGMENT + 7);
+        assert!(s.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0));
+        assert!(s.iter().all(|x| x.0 % 8 == 0));
+        assert_eq!(segments(0, 4), vec![(0, 0)]);
+    }
+}

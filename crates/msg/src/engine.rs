@@ -1,0 +1,1004 @@
+//! The point-to-point engine of one rank: pair rings, MPI matching, the three transports and
+//! progress by polling, then sleeping on a futex.
+//!
+//! Ring records are 64-byte headers followed by the payload rounded up to 64 bytes. A message
+//! is either one DATA record (eager), a DATA record followed by MORE records of `fragment`
+//! bytes each (pipelined copy-in/copy-out), or an RTS record carrying the sender's buffer
+//! address; the receiver then copies once with process_vm_readv and answers with FIN.
+//! Every ring is FIFO and matching happens on a message's first record, in ring order, so
+//! two messages from one sender on one communicator are matched in the order they were sent.
+
+use crate::rules::{Class, Rule, NCLASS};
+use crate::shm::{self, Segment};
+use crate::MsgError;
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+pub const ANY: i32 = -1;
+
+const REC: u64 = 64;
+const PAD: u32 = 1;
+const DATA: u32 = 2;
+const MORE: u32 = 3;
+const RTS: u32 = 4;
+const FIN: u32 = 5;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Rec {
+    kind: u32,
+    len: u32,
+    ctx: u32,
+    tag: i32,
+    total: u64,
+    addr: u64,
+    token: u64,
+    _pad: [u64; 3],
+}
+
+/// MPI error classes the engine produces (values match include/huddle/msg/mpi.h).
+pub const ERR_TRUNCATE: i32 = 15;
+pub const ERR_OTHER: i32 = 16;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// The sender's rank in the receive's communicator (world rank if none was given).
+    pub source: i32,
+    pub tag: i32,
+    pub error: i32,
+    /// Bytes received (at most the receive buffer's size).
+    pub bytes: u64,
+}
+
+enum Kind {
+    Send {
+        ctx: u32,
+        tag: i32,
+        buf: *const u8,
+        len: u64,
+        sent: u64,
+        fragment: u64,
+        single_copy: bool,
+    },
+    Recv {
+        buf: *mut u8,
+        cap: u64,
+        ctx: u32,
+        src: i32,
+        tag: i32,
+        ranks: Option<Arc<Vec<i32>>>,
+    },
+}
+
+struct Req {
+    kind: Kind,
+    done: bool,
+    status: Status,
+}
+
+struct Unexp {
+    src: usize,
+    ctx: u32,
+    tag: i32,
+    total: u64,
+    data: Vec<u8>,
+    /// Sender's buffer address and token for a single-copy message.
+    rts: Option<(u64, u64)>,
+    /// The receive that matched it while its fragments were still arriving.
+    matched: Option<usize>,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Req(usize),
+    Unexp(usize),
+}
+
+struct Inflight {
+    target: Target,
+    got: u64,
+    total: u64,
+}
+
+#[derive(Default)]
+struct Tx {
+    head: u64,
+    tail_seen: u64,
+    queue: VecDeque<usize>,
+    fins: VecDeque<(u64, i32)>,
+}
+
+#[derive(Default)]
+struct Rx {
+    tail: u64,
+    head_seen: u64,
+    inflight: Option<Inflight>,
+}
+
+/// Progress tuning: polls before yielding, yields before sleeping, sleep slice (ms).
+#[derive(Clone, Copy, Debug)]
+pub struct Spin {
+    pub polls: u32,
+    pub yields: u32,
+    pub sleep_ms: u64,
+}
+
+impl Default for Spin {
+    fn default() -> Spin {
+        Spin {
+            polls: 4000,
+            yields: 20,
+            sleep_ms: 50,
+        }
+    }
+}
+
+pub struct Engine {
+    seg: Segment,
+    me: usize,
+    n: usize,
+    cap: u64,
+    rules: [Rule; NCLASS],
+    class: Vec<Class>,
+    single_copy: bool,
+    tx: Vec<Tx>,
+    rx: Vec<Rx>,
+    reqs: Vec<Option<Req>>,
+    free: Vec<usize>,
+    posted: VecDeque<usize>,
+    unexp: Vec<Option<Unexp>>,
+    unexp_free: Vec<usize>,
+    unexp_order: VecDeque<usize>,
+    queued: usize,
+    /// Set once the job aborts: no more progress, so no write into buffers the caller may
+    /// have given up on.
+    poisoned: bool,
+    pub spin: Spin,
+}
+
+// Requests hold raw pointers to user buffers; the engine lives behind one lock and the MPI
+// rules (a buffer stays valid until its request completes) make moving it between threads safe.
+unsafe impl Send for Engine {}
+
+static PROBE_WORD: u64 = 0x7072_6f62_655f_6f6b;
+
+fn read_remote(pid: i32, addr: u64, dst: &mut [u8]) -> Result<(), std::io::Error> {
+    let mut done = 0usize;
+    while done < dst.len() {
+        let local = libc::iovec {
+            iov_base: dst[done..].as_mut_ptr() as *mut libc::c_void,
+            iov_len: dst.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr as usize + done) as *mut libc::c_void,
+            iov_len: dst.len() - done,
+        };
+        let r = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        done += r as usize;
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Joins the job as rank `me` of the segment: registers, meets the other ranks, and
+    /// probes whether single copy works between processes here.
+    pub fn join(seg: Segment, me: usize) -> Result<Engine, MsgError> {
+        let n = seg.nranks();
+        if me >= n {
+            return Err(MsgError::BadJob(format!("rank {me} of a {n}-rank job")));
+        }
+        let h = seg.header();
+        let cap = h.ring_bytes;
+        let mut rules = h.rules;
+        for r in &mut rules {
+            // A record must fit in a quarter ring so that a wrapped one always fits.
+            r.eager_limit = r.eager_limit.min(cap / 4);
+            r.fragment = r.fragment.clamp(64, cap / 4);
+        }
+        let class = (0..n).map(|d| seg.class(me, d)).collect();
+        // Let any process of ours read our buffers (Yama ptrace_scope=1 would refuse it).
+        unsafe {
+            libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0);
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+        }
+        let slot = seg.rank(me);
+        slot.pid.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        slot.probe_addr
+            .store(&PROBE_WORD as *const u64 as u64, Ordering::SeqCst);
+        slot.state.store(shm::STATE_READY, Ordering::SeqCst);
+        let mut e = Engine {
+            seg,
+            me,
+            n,
+            cap,
+            rules,
+            class,
+            single_copy: true,
+            tx: (0..n).map(|_| Tx::default()).collect(),
+            rx: (0..n).map(|_| Rx::default()).collect(),
+            reqs: Vec::new(),
+            free: Vec::new(),
+            posted: VecDeque::new(),
+            unexp: Vec::new(),
+            unexp_free: Vec::new(),
+            unexp_order: VecDeque::new(),
+            queued: 0,
+            poisoned: false,
+            spin: Spin::default(),
+        };
+        if let Some(p) = std::env::var("HUDDLE_MSG_SPIN")
+            .ok()
+            .and_then(|s| s.parse().ok())
+        {
+            e.spin.polls = p;
+        }
+        e.init_barrier(1)?;
+        let peer = (me + 1) % n;
+        if peer != me {
+            let ps = e.seg.rank(peer);
+            let mut word = [0u8; 8];
+            let ok = read_remote(
+                ps.pid.load(Ordering::SeqCst),
+                ps.probe_addr.load(Ordering::SeqCst),
+                &mut word,
+            )
+            .is_ok()
+                && u64::from_ne_bytes(word) == PROBE_WORD;
+            if !ok {
+                e.seg.header().single_copy_ok.store(0, Ordering::SeqCst);
+            }
+        }
+        e.init_barrier(2)?;
+        e.single_copy = e.seg.header().single_copy_ok.load(Ordering::SeqCst) == 1
+            && std::env::var_os("HUDDLE_MSG_NO_SINGLE_COPY").is_none();
+        Ok(e)
+    }
+
+    /// Joins the job `huddle launch` described in the environment (HUDDLE_MSG_FD,
+    /// HUDDLE_MSG_RANK); without it, a job of one.
+    pub fn from_env() -> Result<Engine, MsgError> {
+        let Ok(fd) = std::env::var("HUDDLE_MSG_FD") else {
+            return Engine::singleton();
+        };
+        let fd: i32 = fd
+            .parse()
+            .map_err(|_| MsgError::BadJob(format!("HUDDLE_MSG_FD={fd:?} is not a descriptor")))?;
+        let rank = std::env::var("HUDDLE_MSG_RANK")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| MsgError::BadJob("HUDDLE_MSG_RANK is missing or not a number".into()))?;
+        Engine::join(Segment::attach(fd)?, rank)
+    }
+
+    /// A job of one: MPI programs started without `huddle launch`.
+    pub fn singleton() -> Result<Engine, MsgError> {
+        let table = crate::rules::RuleTable {
+            schema: crate::rules::SCHEMA.into(),
+            source: "built-in".into(),
+            basis: "singleton".into(),
+            rules: [(
+                Class::Core,
+                Rule {
+                    eager_limit: 4096,
+                    fragment: 32768,
+                    single_copy_threshold: u64::MAX,
+                },
+            )]
+            .into_iter()
+            .collect(),
+        };
+        let seg = Segment::create(&shm::JobSpec {
+            pu_os: vec![0],
+            keys: vec![[shm::NONE; shm::NKEYS]],
+            classes: vec![Class::Core],
+            rules: table.to_array()?,
+            ring_bytes: 256 * 1024,
+        })?;
+        Engine::join(seg, 0)
+    }
+
+    fn init_barrier(&self, round: u32) -> Result<(), MsgError> {
+        let h = self.seg.header();
+        let want = round * self.n as u32;
+        if h.init_arrived.fetch_add(1, Ordering::SeqCst) + 1 == want {
+            shm::ring_doorbell(&h.init_gen, true);
+            return Ok(());
+        }
+        loop {
+            let g = h.init_gen.load(Ordering::SeqCst);
+            if h.init_arrived.load(Ordering::SeqCst) >= want {
+                return Ok(());
+            }
+            self.check_abort()?;
+            shm::futex_wait(&h.init_gen, g, 50);
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.me
+    }
+
+    pub fn size(&self) -> usize {
+        self.n
+    }
+
+    pub fn segment(&self) -> &Segment {
+        &self.seg
+    }
+
+    pub fn class_to(&self, dst: usize) -> Class {
+        self.class[dst]
+    }
+
+    pub fn rule_to(&self, dst: usize) -> Rule {
+        self.rules[self.class[dst] as usize]
+    }
+
+    /// Overrides the rule of one class (tune-msg tries candidates this way).
+    pub fn set_rule(&mut self, class: Class, rule: Rule) {
+        let mut r = rule;
+        r.eager_limit = r.eager_limit.min(self.cap / 4);
+        r.fragment = r.fragment.clamp(64, self.cap / 4);
+        self.rules[class as usize] = r;
+    }
+
+    pub fn single_copy_available(&self) -> bool {
+        self.single_copy
+    }
+
+    /// Placement keys of a rank (package, NUMA, L3, L2, core).
+    pub fn keys(&self, rank: usize) -> [u32; shm::NKEYS] {
+        self.seg.rank(rank).keys
+    }
+
+    pub fn check_abort(&self) -> Result<(), MsgError> {
+        let h = self.seg.header();
+        if h.abort.load(Ordering::Relaxed) != 0 {
+            return Err(MsgError::Aborted {
+                rank: h.abort_rank.load(Ordering::SeqCst),
+                code: h.abort_code.load(Ordering::SeqCst),
+            });
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self, r: Req) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.reqs[i] = Some(r);
+                i
+            }
+            None => {
+                self.reqs.push(Some(r));
+                self.reqs.len() - 1
+            }
+        }
+    }
+
+    fn req(&mut self, id: usize) -> &mut Req {
+        self.reqs[id].as_mut().expect("live request")
+    }
+
+    pub fn is_live(&self, id: usize) -> bool {
+        self.reqs.get(id).is_some_and(|r| r.is_some())
+    }
+
+    pub fn is_done(&self, id: usize) -> bool {
+        self.reqs[id].as_ref().is_some_and(|r| r.done)
+    }
+
+    /// Frees a completed request and returns its status.
+    pub fn release(&mut self, id: usize) -> Status {
+        let r = self.reqs[id].take().expect("live request");
+        debug_assert!(r.done);
+        self.free.push(id);
+        r.status
+    }
+
+    // ---- sending ----
+
+    /// Starts sending `len` bytes at `buf` to world rank `dst`.
+    ///
+    /// # Safety
+    /// The buffer must stay valid and unchanged until the request completes.
+    pub unsafe fn isend(
+        &mut self,
+        buf: *const u8,
+        len: u64,
+        dst: usize,
+        ctx: u32,
+        tag: i32,
+    ) -> usize {
+        let rule = self.rule_to(dst);
+        let single_copy = self.single_copy && dst != self.me && len >= rule.single_copy_threshold;
+        let fragment = if len <= rule.eager_limit {
+            len.max(1)
+        } else {
+            rule.fragment
+        };
+        let id = self.alloc(Req {
+            kind: Kind::Send {
+                ctx,
+                tag,
+                buf,
+                len,
+                sent: 0,
+                fragment,
+                single_copy,
+            },
+            done: false,
+            status: Status::default(),
+        });
+        self.tx[dst].queue.push_back(id);
+        self.queued += 1;
+        if self.tx[dst].queue.len() == 1 {
+            self.advance_tx(dst);
+        }
+        id
+    }
+
+    fn notify(&self, rank: usize) {
+        fence(Ordering::SeqCst);
+        let slot = self.seg.rank(rank);
+        if slot.waiting.load(Ordering::Relaxed) != 0 {
+            shm::ring_doorbell(&slot.doorbell, true);
+        }
+    }
+
+    /// Writes one record to ring me->dst if it fits now.
+    fn put(&mut self, dst: usize, rec: Rec, payload: *const u8) -> bool {
+        let need = REC + (rec.len as u64).div_ceil(REC) * REC;
+        let cap = self.cap;
+        let tx = &mut self.tx[dst];
+        let pos = tx.head % cap;
+        let to_end = cap - pos;
+        let total = if to_end < need { to_end + need } else { need };
+        if cap - (tx.head - tx.tail_seen) < total {
+            tx.tail_seen = self.seg.ring_ctl(self.me, dst).tail.load(Ordering::Acquire);
+            if cap - (tx.head - tx.tail_seen) < total {
+                return false;
+            }
+        }
+        let data = self.seg.ring_data(self.me, dst);
+        let mut at = pos;
+        if to_end < need {
+            let pad = Rec {
+                kind: PAD,
+                ..Rec::default()
+            };
+            unsafe { std::ptr::write(data.add(pos as usize) as *mut Rec, pad) };
+            at = 0;
+            tx.head += to_end;
+        }
+        unsafe {
+            std::ptr::write(data.add(at as usize) as *mut Rec, rec);
+            if rec.len > 0 {
+                std::ptr::copy_nonoverlapping(
+                    payload,
+                    data.add((at + REC) as usize),
+                    rec.len as usize,
+                );
+            }
+        }
+        tx.head += need;
+        self.seg
+            .ring_ctl(self.me, dst)
+            .head
+            .store(tx.head, Ordering::Release);
+        self.notify(dst);
+        true
+    }
+
+    fn advance_tx(&mut self, dst: usize) {
+        while let Some(&(token, err)) = self.tx[dst].fins.front() {
+            let rec = Rec {
+                kind: FIN,
+                tag: err,
+                token,
+                ..Rec::default()
+            };
+            if !self.put(dst, rec, std::ptr::null()) {
+                return;
+            }
+            self.tx[dst].fins.pop_front();
+        }
+        while let Some(&id) = self.tx[dst].queue.front() {
+            let Some(Req {
+                kind:
+                    Kind::Send {
+                        ctx,
+                        tag,
+                        buf,
+                        len,
+                        sent,
+                        fragment,
+                        single_copy,
+                        ..
+                    },
+                ..
+            }) = self.reqs[id]
+            else {
+                unreachable!("send queue holds send requests")
+            };
+            if single_copy {
+                let rec = Rec {
+                    kind: RTS,
+                    ctx,
+                    tag,
+                    total: len,
+                    addr: buf as u64,
+                    token: id as u64,
+                    ..Rec::default()
+                };
+                if !self.put(dst, rec, std::ptr::null()) {
+                    return;
+                }
+                // Completes when FIN comes back.
+            } else {
+                let mut sent = sent;
+                loop {
+                    let chunk = fragment.min(len - sent);
+                    let rec = Rec {
+                        kind: if sent == 0 { DATA } else { MORE },
+                        len: chunk as u32,
+                        ctx,
+                        tag,
+                        total: len,
+                        ..Rec::default()
+                    };
+                    if !self.put(dst, rec, unsafe { buf.add(sent as usize) }) {
+                        if let Kind::Send { sent: s, .. } = &mut self.req(id).kind {
+                            *s = sent;
+                        }
+                        return;
+                    }
+                    sent += chunk;
+                    if sent == len {
+                        break;
+                    }
+                }
+                let r = self.req(id);
+                r.done = true;
+                r.status.bytes = len;
+            }
+            self.tx[dst].queue.pop_front();
+            self.queued -= 1;
+        }
+    }
+
+    // ---- receiving ----
+
+    /// Posts a receive of up to `cap` bytes from world rank `src` (or ANY) with `tag` (or
+    /// ANY). `ranks` maps world ranks to the communicator's ranks for the status.
+    ///
+    /// # Safety
+    /// `buf` must be valid for `cap` bytes of writes until the request completes.
+    pub unsafe fn irecv(
+        &mut self,
+        buf: *mut u8,
+        cap: u64,
+        src: i32,
+        ctx: u32,
+        tag: i32,
+        ranks: Option<Arc<Vec<i32>>>,
+    ) -> usize {
+        let id = self.alloc(Req {
+            kind: Kind::Recv {
+                buf,
+                cap,
+                ctx,
+                src,
+                tag,
+                ranks,
+            },
+            done: false,
+            status: Status::default(),
+        });
+        let found = self.unexp_order.iter().position(|&u| {
+            let m = self.unexp[u].as_ref().expect("live entry");
+            matches(ctx, src, tag, m.ctx, m.src, m.tag)
+        });
+        match found {
+            Some(pos) => {
+                let u = self.unexp_order.remove(pos).expect("position is valid");
+                self.take_unexpected(u, id);
+            }
+            None => self.posted.push_back(id),
+        }
+        id
+    }
+
+    /// A receive matched an unexpected message: copy what has arrived, or fetch it.
+    fn take_unexpected(&mut self, u: usize, id: usize) {
+        let e = self.unexp[u].as_mut().expect("live entry");
+        if let Some((addr, token)) = e.rts {
+            let src = e.src;
+            let (ctx_tag, total) = ((e.ctx, e.tag), e.total);
+            self.free_unexp(u);
+            self.single_copy_into(id, src, ctx_tag.1, total, addr, token);
+            return;
+        }
+        if (e.data.len() as u64) < e.total {
+            e.matched = Some(id);
+            return;
+        }
+        self.finish_from_unexp(u, id);
+    }
+
+    fn free_unexp(&mut self, u: usize) {
+        self.unexp[u] = None;
+        self.unexp_free.push(u);
+    }
+
+    fn finish_from_unexp(&mut self, u: usize, id: usize) {
+        let e = self.unexp[u].take().expect("live entry");
+        self.unexp_free.push(u);
+        let (buf, cap) = self.recv_buf(id);
+        let n = (e.data.len() as u64).min(cap);
+        unsafe { std::ptr::copy_nonoverlapping(e.data.as_ptr(), buf, n as usize) };
+        self.complete_recv(id, e.src, e.tag, e.total);
+    }
+
+    fn recv_buf(&mut self, id: usize) -> (*mut u8, u64) {
+        match &self.req(id).kind {
+            Kind::Recv { buf, cap, .. } => (*buf, *cap),
+            Kind::Send { .. } => unreachable!("receive request"),
+        }
+    }
+
+    fn complete_recv(&mut self, id: usize, src: usize, tag: i32, total: u64) {
+        let r = self.req(id);
+        let (cap, ranks) = match &r.kind {
+            Kind::Recv { cap, ranks, .. } => (*cap, ranks.clone()),
+            Kind::Send { .. } => unreachable!("receive request"),
+        };
+        r.status = Status {
+            source: ranks.map_or(src as i32, |m| m.get(src).copied().unwrap_or(-1)),
+            tag,
+            error: if total > cap { ERR_TRUNCATE } else { 0 },
+            bytes: total.min(cap),
+        };
+        r.done = true;
+    }
+
+    fn single_copy_into(
+        &mut self,
+        id: usize,
+        src: usize,
+        tag: i32,
+        total: u64,
+        addr: u64,
+        token: u64,
+    ) {
+        let (buf, cap) = self.recv_buf(id);
+        let n = total.min(cap) as usize;
+        let pid = self.seg.rank(src).pid.load(Ordering::Relaxed);
+        let slice = unsafe { std::slice::from_raw_parts_mut(buf, n) };
+        let err = match read_remote(pid, addr, slice) {
+            Ok(()) => 0,
+            Err(_) => ERR_OTHER,
+        };
+        self.complete_recv(id, src, tag, total);
+        if err != 0 {
+            self.req(id).status.error = err;
+        }
+        self.tx[src].fins.push_back((token, err));
+        self.advance_tx(src);
+    }
+
+    fn drain_rx(&mut self, src: usize) -> bool {
+        let mut any = false;
+        let cap = self.cap;
+        // Raw pointer: the segment outlives this call, and handlers need `&mut self`.
+        let ctl: *const shm::RingCtl = self.seg.ring_ctl(src, self.me);
+        let data = self.seg.ring_data(src, self.me);
+        loop {
+            let rx = &mut self.rx[src];
+            if rx.tail == rx.head_seen {
+                rx.head_seen = unsafe { (*ctl).head.load(Ordering::Acquire) };
+                if rx.tail == rx.head_seen {
+                    break;
+                }
+            }
+            any = true;
+            let pos = rx.tail % cap;
+            let rec = unsafe { std::ptr::read(data.add(pos as usize) as *const Rec) };
+            let payload = unsafe { data.add((pos + REC) as usize) as *const u8 };
+            let size = if rec.kind == PAD {
+                cap - pos
+            } else {
+                REC + (rec.len as u64).div_ceil(REC) * REC
+            };
+            match rec.kind {
+                DATA => self.on_first(src, &rec, payload),
+                MORE => self.on_more(src, &rec, payload),
+                RTS => self.on_rts(src, &rec),
+                FIN => {
+                    let id = rec.token as usize;
+                    if let Some(r) = self.reqs.get_mut(id).and_then(|r| r.as_mut()) {
+                        if let Kind::Send { len, .. } = r.kind {
+                            r.done = true;
+                            r.status.bytes = len;
+                            r.status.error = rec.tag;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            self.rx[src].tail += size;
+            unsafe { (*ctl).tail.store(self.rx[src].tail, Ordering::Release) };
+            self.notify(src);
+        }
+        any
+    }
+
+    fn match_posted(&mut self, src: usize, ctx: u32, tag: i32) -> Option<usize> {
+        let pos = self.posted.iter().position(|&id| match &self.reqs[id] {
+            Some(Req {
+                kind:
+                    Kind::Recv {
+                        ctx: c,
+                        src: s,
+                        tag: t,
+                        ..
+                    },
+                ..
+            }) => matches(*c, *s, *t, ctx, src, tag),
+            _ => false,
+        })?;
+        self.posted.remove(pos)
+    }
+
+    fn on_first(&mut self, src: usize, rec: &Rec, payload: *const u8) {
+        let target = match self.match_posted(src, rec.ctx, rec.tag) {
+            Some(id) => Target::Req(id),
+            None => {
+                let e = Unexp {
+                    src,
+                    ctx: rec.ctx,
+                    tag: rec.tag,
+                    total: rec.total,
+                    data: Vec::with_capacity(rec.total as usize),
+                    rts: None,
+                    matched: None,
+                };
+                let u = match self.unexp_free.pop() {
+                    Some(u) => {
+                        self.unexp[u] = Some(e);
+                        u
+                    }
+                    None => {
+                        self.unexp.push(Some(e));
+                        self.unexp.len() - 1
+                    }
+                };
+                self.unexp_order.push_back(u);
+                Target::Unexp(u)
+            }
+        };
+        let mut f = Inflight {
+            target,
+            got: 0,
+            total: rec.total,
+        };
+        self.deliver(&mut f, rec, payload);
+        if f.got < f.total {
+            self.rx[src].inflight = Some(f);
+        } else {
+            self.finish(src, f, rec.tag);
+        }
+    }
+
+    fn on_more(&mut self, src: usize, rec: &Rec, payload: *const u8) {
+        let Some(mut f) = self.rx[src].inflight.take() else {
+            return;
+        };
+        self.deliver(&mut f, rec, payload);
+        if f.got < f.total {
+            self.rx[src].inflight = Some(f);
+        } else {
+            self.finish(src, f, rec.tag);
+        }
+    }
+
+    fn deliver(&mut self, f: &mut Inflight, rec: &Rec, payload: *const u8) {
+        let len = rec.len as u64;
+        match f.target {
+            Target::Req(id) => {
+                let (buf, cap) = self.recv_buf(id);
+                if f.got < cap {
+                    let n = len.min(cap - f.got);
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(payload, buf.add(f.got as usize), n as usize)
+                    };
+                }
+            }
+            Target::Unexp(u) => {
+                let e = self.unexp[u].as_mut().expect("live entry");
+                e.data.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(payload, len as usize)
+                });
+            }
+        }
+        f.got += len;
+    }
+
+    fn finish(&mut self, src: usize, f: Inflight, tag: i32) {
+        match f.target {
+            Target::Req(id) => self.complete_recv(id, src, tag, f.total),
+            Target::Unexp(u) => {
+                if let Some(id) = self.unexp[u].as_ref().and_then(|e| e.matched) {
+                    self.finish_from_unexp(u, id);
+                }
+            }
+        }
+    }
+
+    fn on_rts(&mut self, src: usize, rec: &Rec) {
+        match self.match_posted(src, rec.ctx, rec.tag) {
+            Some(id) => self.single_copy_into(id, src, rec.tag, rec.total, rec.addr, rec.token),
+            None => {
+                let e = Unexp {
+                    src,
+                    ctx: rec.ctx,
+                    tag: rec.tag,
+                    total: rec.total,
+                    data: Vec::new(),
+                    rts: Some((rec.addr, rec.token)),
+                    matched: None,
+                };
+                self.unexp.push(Some(e));
+                self.unexp_order.push_back(self.unexp.len() - 1);
+            }
+        }
+    }
+
+    /// Looks for an unexpected message matching (src, ctx, tag) without receiving it:
+    /// (world source, tag, total bytes).
+    pub fn probe(&mut self, src: i32, ctx: u32, tag: i32) -> Option<(usize, i32, u64)> {
+        self.progress();
+        self.peek(src, ctx, tag)
+    }
+
+    /// `probe` without progress.
+    pub fn peek(&self, src: i32, ctx: u32, tag: i32) -> Option<(usize, i32, u64)> {
+        self.unexp_order.iter().find_map(|&u| {
+            let e = self.unexp[u].as_ref()?;
+            matches(ctx, src, tag, e.ctx, e.src, e.tag).then_some((e.src, e.tag, e.total))
+        })
+    }
+
+    /// A request that is already complete with `st` (operations on MPI_PROC_NULL).
+    pub fn completed(&mut self, st: Status) -> usize {
+        self.alloc(Req {
+            kind: Kind::Recv {
+                buf: std::ptr::null_mut(),
+                cap: 0,
+                ctx: u32::MAX,
+                src: ANY,
+                tag: ANY,
+                ranks: None,
+            },
+            done: true,
+            status: st,
+        })
+    }
+
+    /// Cancels a posted receive that has not matched (for error paths); true if removed.
+    pub fn cancel_recv(&mut self, id: usize) -> bool {
+        match self.posted.iter().position(|&p| p == id) {
+            Some(pos) => {
+                self.posted.remove(pos);
+                self.reqs[id] = None;
+                self.free.push(id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One pass over every send queue and every incoming ring. True if anything moved.
+    pub fn progress(&mut self) -> bool {
+        if self.poisoned {
+            return false;
+        }
+        let mut any = false;
+        if self.queued > 0 {
+            for d in 0..self.n {
+                if !self.tx[d].queue.is_empty() || !self.tx[d].fins.is_empty() {
+                    self.advance_tx(d);
+                    any = true;
+                }
+            }
+        }
+        for s in 0..self.n {
+            any |= self.drain_rx(s);
+        }
+        any
+    }
+
+    /// Polls until `done` holds: a bounded spin, a few yields, then futex sleeps (so that
+    /// ranks sharing a core let each other run). Fails if the job is aborting.
+    pub fn wait_until(&mut self, mut done: impl FnMut(&Engine) -> bool) -> Result<(), MsgError> {
+        let mut spins: u32 = 0;
+        loop {
+            self.progress();
+            if done(self) {
+                return Ok(());
+            }
+            if let Err(e) = self.check_abort() {
+                self.poisoned = true;
+                return Err(e);
+            }
+            spins += 1;
+            if spins < self.spin.polls {
+                std::hint::spin_loop();
+                continue;
+            }
+            if spins < self.spin.polls + self.spin.yields {
+                unsafe { libc::sched_yield() };
+                continue;
+            }
+            let slot = self.seg.rank(self.me);
+            slot.waiting.store(1, Ordering::SeqCst);
+            let seen = slot.doorbell.load(Ordering::SeqCst);
+            self.progress();
+            if done(self) {
+                self.seg.rank(self.me).waiting.store(0, Ordering::SeqCst);
+                return Ok(());
+            }
+            shm::futex_wait(&self.seg.rank(self.me).doorbell, seen, self.spin.sleep_ms);
+            self.seg.rank(self.me).waiting.store(0, Ordering::SeqCst);
+            spins = self.spin.polls / 2;
+        }
+    }
+
+    pub fn wait(&mut self, id: usize) -> Result<Status, MsgError> {
+        self.wait_until(|e| e.is_done(id))?;
+        Ok(self.release(id))
+    }
+
+    /// Blocking send.
+    pub fn send(&mut self, buf: &[u8], dst: usize, ctx: u32, tag: i32) -> Result<Status, MsgError> {
+        // Safety: we wait for completion; after an abort error the engine is poisoned and
+        // never touches the buffer again.
+        let id = unsafe { self.isend(buf.as_ptr(), buf.len() as u64, dst, ctx, tag) };
+        self.wait(id)
+    }
+
+    /// Blocking receive.
+    pub fn recv(
+        &mut self,
+        buf: &mut [u8],
+        src: i32,
+        ctx: u32,
+        tag: i32,
+    ) -> Result<Status, MsgError> {
+        // Safety: as in `send`.
+        let id = unsafe { self.irecv(buf.as_mut_ptr(), buf.len() as u64, src, ctx, tag, None) };
+        self.wait(id)
+    }
+
+    /// Marks this rank finalized (the launcher then accepts its exit).
+    pub fn mark_finalized(&self) {
+        self.seg
+            .rank(self.me)
+            .state
+            .store(shm::STATE_FINALIZED, Ordering::SeqCst);
+    }
+}
+
+fn matches(ctx: u32, src: i32, tag: i32, mctx: u32, msrc: usize, mtag: i32) -> bool {
+    ctx == mctx && (src == ANY || src as usize == msrc) && (tag == ANY || tag == mtag)
+}
