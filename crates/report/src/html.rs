@@ -5,7 +5,10 @@ use matrix::CommMatrix;
 use std::fmt::Write;
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 pub fn render_html(d: &RunData) -> String {
@@ -25,8 +28,17 @@ pub fn render_html(d: &RunData) -> String {
         (None, Some(s)) => format!("killed by signal {s}"),
         _ => "still running when huddle stopped".into(),
     };
-    let overhead = if i.target_cpu_s > 0.0 { 100.0 * i.huddle_cpu_s / i.target_cpu_s } else { 0.0 };
-    let migrations: Vec<f64> = d.decisions.iter().filter(|x| x.action == "migrate").map(|x| x.t).collect();
+    let overhead = if i.target_cpu_s > 0.0 {
+        100.0 * i.huddle_cpu_s / i.target_cpu_s
+    } else {
+        0.0
+    };
+    let migrations: Vec<f64> = d
+        .decisions
+        .iter()
+        .filter(|x| x.action == "migrate")
+        .map(|x| x.t)
+        .collect();
     let _ = write!(
         h,
         "<table>\
@@ -63,7 +75,10 @@ pub fn render_html(d: &RunData) -> String {
     }
     // Evolution: up to three earlier snapshots beside the final one.
     let k = d.snapshots.len();
-    for s in [k / 4, k / 2, 3 * k / 4].iter().filter_map(|&j| d.snapshots.get(j)) {
+    for s in [k / 4, k / 2, 3 * k / 4]
+        .iter()
+        .filter_map(|&j| d.snapshots.get(j))
+    {
         if s.matrix.is_empty() || s.matrix.iter().any(|r| r.len() != s.matrix.len()) {
             continue;
         }
@@ -76,7 +91,13 @@ pub fn render_html(d: &RunData) -> String {
     let mut pus: Vec<u32> = d.placements.iter().map(|p| p.pu).collect();
     pus.sort_unstable();
     pus.dedup();
-    h.push_str(&plots::timeline(&d.placements, d.tasks.len(), i.duration_s, &pus, &migrations));
+    h.push_str(&plots::timeline(
+        &d.placements,
+        d.tasks.len(),
+        i.duration_s,
+        &pus,
+        &migrations,
+    ));
     h.push_str(&plots::costs(&d.decisions, i.duration_s));
 
     h.push_str("<h2>Migrations</h2>");

@@ -118,7 +118,10 @@ pub struct RunData {
 pub const SCHEMA: &str = "huddle.run/1";
 
 fn io_err(path: &Path, e: std::io::Error) -> ReportError {
-    ReportError::Io { path: path.to_path_buf(), reason: e.to_string() }
+    ReportError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
 }
 
 /// Creates a file readable only by its owner (reports may name processes and paths).
@@ -135,7 +138,9 @@ fn create_private(path: &Path) -> Result<std::fs::File, ReportError> {
 
 fn write_text(path: &Path, text: &str) -> Result<(), ReportError> {
     use std::io::Write;
-    create_private(path)?.write_all(text.as_bytes()).map_err(|e| io_err(path, e))
+    create_private(path)?
+        .write_all(text.as_bytes())
+        .map_err(|e| io_err(path, e))
 }
 
 fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), ReportError> {
@@ -146,14 +151,21 @@ fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Rep
 fn read_json<T: for<'a> Deserialize<'a>>(dir: &Path, name: &str) -> Result<T, ReportError> {
     let path = dir.join(name);
     let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
-    serde_json::from_str(&text).map_err(|e| ReportError::Format { path, reason: e.to_string() })
+    serde_json::from_str(&text).map_err(|e| ReportError::Format {
+        path,
+        reason: e.to_string(),
+    })
 }
 
 impl RunData {
     /// Writes the raw data files (0600) into `dir` (created 0700 if missing).
     pub fn save(&self, dir: &Path) -> Result<(), ReportError> {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| io_err(dir, e))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| io_err(dir, e))?;
         write_json(dir, "run.json", &self.info)?;
         write_json(dir, "tasks.json", &self.tasks)?;
         write_json(dir, "snapshots.json", &self.snapshots)?;
@@ -183,15 +195,18 @@ impl RunData {
         let info: RunInfo = read_json(dir, "run.json")?;
         let matrix_path = dir.join("matrix.csv");
         let matrix = if matrix_path.exists() {
-            Some(CommMatrix::read(&matrix_path).map_err(|e| ReportError::Format {
-                path: matrix_path.clone(),
-                reason: e.to_string(),
-            })?)
+            Some(
+                CommMatrix::read(&matrix_path).map_err(|e| ReportError::Format {
+                    path: matrix_path.clone(),
+                    reason: e.to_string(),
+                })?,
+            )
         } else {
             None
         };
         let placements_path = dir.join("placements.csv");
-        let text = std::fs::read_to_string(&placements_path).map_err(|e| io_err(&placements_path, e))?;
+        let text =
+            std::fs::read_to_string(&placements_path).map_err(|e| io_err(&placements_path, e))?;
         let mut placements = Vec::new();
         for (i, line) in text.lines().enumerate().skip(1) {
             let bad = || ReportError::Format {
@@ -249,11 +264,25 @@ mod tests {
                 ..Default::default()
             },
             tasks: (0..4)
-                .map(|i| TaskRecord { index: i, tid: 100 + i as u32, cpu_s: 0.5, ..Default::default() })
+                .map(|i| TaskRecord {
+                    index: i,
+                    tid: 100 + i as u32,
+                    cpu_s: 0.5,
+                    ..Default::default()
+                })
                 .collect(),
             matrix: Some(m.clone()),
-            snapshots: vec![Snapshot { t: 1.0, matrix: m.to_rows() }],
-            placements: (0..4).map(|i| Placement { t: 0.1, task: i, pu: i as u32 % 2 }).collect(),
+            snapshots: vec![Snapshot {
+                t: 1.0,
+                matrix: m.to_rows(),
+            }],
+            placements: (0..4)
+                .map(|i| Placement {
+                    t: 0.1,
+                    task: i,
+                    pu: i as u32 % 2,
+                })
+                .collect(),
             decisions: vec![Decision {
                 t: 1.0,
                 action: "migrate".into(),
@@ -264,7 +293,12 @@ mod tests {
                 reason: "partners 0-2 apart".into(),
                 ..Default::default()
             }],
-            samples: vec![Sample { t: 1.0, events: 100, events_per_s: 100.0, ..Default::default() }],
+            samples: vec![Sample {
+                t: 1.0,
+                events: 100,
+                events_per_s: 100.0,
+                ..Default::default()
+            }],
         }
     }
 
@@ -279,19 +313,28 @@ mod tests {
         assert_eq!(back.decisions[0].mapping, vec![0, 1, 0, 1]);
         let page = std::fs::read_to_string(render(&dir).unwrap()).unwrap();
         // Heatmaps, timeline, cost, events and CPU plots, all inline.
-        assert!(page.matches("<svg").count() >= 6, "{} plots", page.matches("<svg").count());
+        assert!(
+            page.matches("<svg").count() >= 6,
+            "{} plots",
+            page.matches("<svg").count()
+        );
         assert!(!page.contains("<script") && !page.contains(" src=") && !page.contains("href="));
         assert!(page.contains("prog &lt;arg&gt;"), "command is escaped");
         assert!(page.contains("50.0%"), "predicted gain is shown");
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.join("run.json")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(dir.join("run.json"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_missing_or_foreign_directory_is_an_error_naming_the_file() {
-        let err = RunData::load(Path::new("/nonexistent-huddle-run")).unwrap_err().to_string();
+        let err = RunData::load(Path::new("/nonexistent-huddle-run"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("run.json"), "{err}");
         let dir = std::env::temp_dir().join(format!("huddle-report-bad-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

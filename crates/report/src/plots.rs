@@ -7,11 +7,17 @@ use plotters::style::colors::colormaps::ViridisRGB;
 
 /// Runs a drawing closure against an SVG backend and returns the SVG text. A drawing error
 /// (only possible on degenerate input) yields a short note instead of a broken page.
-fn svg(size: (u32, u32), draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<(), String>) -> String {
+fn svg(
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> Result<(), String>,
+) -> String {
     let mut out = String::new();
     let result = {
         let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
-        let r = root.fill(&WHITE).map_err(|e| e.to_string()).and_then(|_| draw(&root));
+        let r = root
+            .fill(&WHITE)
+            .map_err(|e| e.to_string())
+            .and_then(|_| draw(&root));
         let p = root.present().map_err(|e| e.to_string());
         r.and(p)
     };
@@ -25,10 +31,12 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// The matrix as a heatmap: task i (rows, top to bottom) against task j, darker = less.
+/// The matrix as a heatmap: task i (y) against task j (x), brighter = more traffic.
 pub fn heatmap(m: &CommMatrix, caption: &str, px: u32) -> String {
     let n = m.n().max(1);
-    let max = (0..m.n()).flat_map(|i| m.row(i).iter().copied()).fold(0.0f64, f64::max);
+    let max = (0..m.n())
+        .flat_map(|i| m.row(i).iter().copied())
+        .fold(0.0f64, f64::max);
     svg((px, px), |root| {
         let mut chart = ChartBuilder::on(root)
             .caption(caption, ("sans-serif", 14))
@@ -53,7 +61,10 @@ pub fn heatmap(m: &CommMatrix, caption: &str, px: u32) -> String {
                 // Row 0 at the top, as matrices are read.
                 let row = n - 1 - i;
                 Rectangle::new(
-                    [(j, SegmentValue::Exact(row)), (j + 1, SegmentValue::Exact(row + 1))],
+                    [
+                        (j, SegmentValue::Exact(row)),
+                        (j + 1, SegmentValue::Exact(row + 1)),
+                    ],
                     ViridisRGB::get_color(v).filled(),
                 )
             }))
@@ -63,7 +74,13 @@ pub fn heatmap(m: &CommMatrix, caption: &str, px: u32) -> String {
 }
 
 /// Which PU each task ran on over time: one row per task, colour per PU, migration times marked.
-pub fn timeline(placements: &[Placement], tasks: usize, duration: f64, pus: &[u32], migrations: &[f64]) -> String {
+pub fn timeline(
+    placements: &[Placement],
+    tasks: usize,
+    duration: f64,
+    pus: &[u32],
+    migrations: &[f64],
+) -> String {
     let height = (60 + 16 * tasks.max(1)).min(900) as u32;
     let end = duration.max(0.001);
     svg((860, height), |root| {
@@ -74,7 +91,13 @@ pub fn timeline(placements: &[Placement], tasks: usize, duration: f64, pus: &[u3
             .y_label_area_size(36)
             .build_cartesian_2d(0.0..end, 0.0..tasks.max(1) as f64)
             .map_err(err)?;
-        chart.configure_mesh().disable_y_mesh().x_desc("seconds").y_desc("task").draw().map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc("seconds")
+            .y_desc("task")
+            .draw()
+            .map_err(err)?;
         let colour = |pu: u32| {
             let k = pus.iter().position(|&p| p == pu).unwrap_or(0);
             Palette99::pick(k).filled()
@@ -93,36 +116,61 @@ pub fn timeline(placements: &[Placement], tasks: usize, duration: f64, pus: &[u3
             chart.draw_series(bars).map_err(err)?;
         }
         chart
-            .draw_series(migrations.iter().map(|&t| {
-                PathElement::new(vec![(t, 0.0), (t, tasks as f64)], RED.stroke_width(2))
-            }))
+            .draw_series(
+                migrations.iter().map(|&t| {
+                    PathElement::new(vec![(t, 0.0), (t, tasks as f64)], RED.stroke_width(2))
+                }),
+            )
             .map_err(err)?
             .label("migration")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED.stroke_width(2)));
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
         Ok(())
     })
 }
 
 /// Predicted cost of the live mapping and of the best candidate at each decision.
 pub fn costs(decisions: &[Decision], duration: f64) -> String {
-    let max = decisions.iter().map(|d| d.cost_current.max(d.cost_new)).fold(0.0f64, f64::max).max(1.0);
+    let max = decisions
+        .iter()
+        .map(|d| d.cost_current.max(d.cost_new))
+        .fold(0.0f64, f64::max)
+        .max(1.0);
     svg((860, 260), |root| {
         let mut chart = ChartBuilder::on(root)
-            .caption("Predicted communication cost (shared cost model)", ("sans-serif", 14))
+            .caption(
+                "Predicted communication cost (shared cost model)",
+                ("sans-serif", 14),
+            )
             .margin(6)
             .x_label_area_size(28)
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..duration.max(0.001), 0.0..max * 1.05)
             .map_err(err)?;
-        chart.configure_mesh().x_desc("seconds").y_desc("cost").draw().map_err(err)?;
         chart
-            .draw_series(LineSeries::new(decisions.iter().map(|d| (d.t, d.cost_current)), BLUE.stroke_width(2)))
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("cost")
+            .draw()
+            .map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(
+                decisions.iter().map(|d| (d.t, d.cost_current)),
+                BLUE.stroke_width(2),
+            ))
             .map_err(err)?
             .label("live mapping")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE.stroke_width(2)));
         chart
-            .draw_series(LineSeries::new(decisions.iter().map(|d| (d.t, d.cost_new)), GREEN.stroke_width(1)))
+            .draw_series(LineSeries::new(
+                decisions.iter().map(|d| (d.t, d.cost_new)),
+                GREEN.stroke_width(1),
+            ))
             .map_err(err)?
             .label("best candidate")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], GREEN.stroke_width(1)));
@@ -136,14 +184,23 @@ pub fn costs(decisions: &[Decision], duration: f64) -> String {
             .map_err(err)?
             .label("migration")
             .legend(|(x, y)| Circle::new((x + 8, y), 4, RED.filled()));
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
         Ok(())
     })
 }
 
 /// Detection events per second over the run.
 pub fn events(samples: &[Sample], duration: f64) -> String {
-    let max = samples.iter().map(|s| s.events_per_s).fold(0.0f64, f64::max).max(1.0);
+    let max = samples
+        .iter()
+        .map(|s| s.events_per_s)
+        .fold(0.0f64, f64::max)
+        .max(1.0);
     svg((860, 220), |root| {
         let mut chart = ChartBuilder::on(root)
             .caption("Detection events per second", ("sans-serif", 14))
@@ -152,9 +209,17 @@ pub fn events(samples: &[Sample], duration: f64) -> String {
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..duration.max(0.001), 0.0..max * 1.05)
             .map_err(err)?;
-        chart.configure_mesh().x_desc("seconds").y_desc("events/s").draw().map_err(err)?;
         chart
-            .draw_series(LineSeries::new(samples.iter().map(|s| (s.t, s.events_per_s)), BLUE.stroke_width(2)))
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("events/s")
+            .draw()
+            .map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(
+                samples.iter().map(|s| (s.t, s.events_per_s)),
+                BLUE.stroke_width(2),
+            ))
             .map_err(err)?;
         Ok(())
     })
@@ -162,7 +227,11 @@ pub fn events(samples: &[Sample], duration: f64) -> String {
 
 /// CPU seconds per task.
 pub fn cpu(tasks: &[TaskRecord]) -> String {
-    let max = tasks.iter().map(|t| t.cpu_s).fold(0.0f64, f64::max).max(0.001);
+    let max = tasks
+        .iter()
+        .map(|t| t.cpu_s)
+        .fold(0.0f64, f64::max)
+        .max(0.001);
     let n = tasks.len().max(1);
     svg((860, 220), |root| {
         let mut chart = ChartBuilder::on(root)
@@ -172,11 +241,20 @@ pub fn cpu(tasks: &[TaskRecord]) -> String {
             .y_label_area_size(60)
             .build_cartesian_2d((0..n).into_segmented(), 0.0..max * 1.1)
             .map_err(err)?;
-        chart.configure_mesh().x_desc("task").y_desc("CPU s").x_labels(n.min(16)).draw().map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("task")
+            .y_desc("CPU s")
+            .x_labels(n.min(16))
+            .draw()
+            .map_err(err)?;
         chart
             .draw_series(tasks.iter().map(|t| {
                 Rectangle::new(
-                    [(SegmentValue::Exact(t.index), 0.0), (SegmentValue::Exact(t.index + 1), t.cpu_s)],
+                    [
+                        (SegmentValue::Exact(t.index), 0.0),
+                        (SegmentValue::Exact(t.index + 1), t.cpu_s),
+                    ],
                     BLUE.mix(0.7).filled(),
                 )
             }))
