@@ -193,6 +193,13 @@ pub fn map(graph: &Graph, arch: &Arch, seed: u64) -> Result<Vec<usize>, MapError
     let tasks = Csr::new(n, &edges)?;
 
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    unsafe {
+        // The first reset initialises Scotch's generator (else its first use seeds it from
+        // the clock, overriding ours); then our seed, then back to its start.
+        SCOTCH_randomReset();
+        SCOTCH_randomSeed((seed % i32::MAX as u64) as Num);
+        SCOTCH_randomReset();
+    }
     let g = Owned::new(
         SCOTCH_graphAlloc,
         SCOTCH_graphInit,
@@ -254,10 +261,6 @@ pub fn map(graph: &Graph, arch: &Arch, seed: u64) -> Result<Vec<usize>, MapError
         }
     }
     let leaves = arch.num_leaves();
-    unsafe {
-        SCOTCH_randomReset();
-        SCOTCH_randomSeed((seed % i32::MAX as u64) as Num);
-    }
     if unsafe { SCOTCH_stratGraphMapBuild(s.ptr, STRAT_QUALITY, num(leaves, "slots")?, 0.0) } != 0 {
         return Err(MapError::Scotch("SCOTCH_stratGraphMapBuild failed".into()));
     }

@@ -1,0 +1,331 @@
+//! The mapping engine's invariants (property tests), known answers, the placement advisor on
+//! the NAS matrices, and the done-when check.
+
+use mapping::{advise, cost, map, map_graph, Algorithm, Graph, MapError, Options, Target};
+use matrix::CommMatrix;
+use proptest::prelude::*;
+use std::path::PathBuf;
+use topology::{Cluster, Level, Machine};
+
+fn shared() -> PathBuf {
+    std::env::var_os("HUDDLE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+}
+
+fn nas(name: &str) -> CommMatrix {
+    let raw = CommMatrix::read(&shared().join("data/matrices").join(name)).expect("NAS matrix");
+    mapping::orient(&raw).0
+}
+
+fn synth(desc: &str) -> Target {
+    Target::machine(Machine::from_synthetic(desc).expect("synthetic machine"))
+}
+
+fn opts(algorithm: Algorithm) -> Options {
+    Options {
+        algorithm,
+        seed: 7,
+        oversubscribe: true,
+    }
+}
+
+/// Each task on an allowed PU, loads balanced: at most one task per PU when they fit, else
+/// loads within one of each other; huddle's own algorithms never share a core while another
+/// core is idle.
+fn check_valid(target: &Target, n: usize, slots: &[usize], alg: Algorithm) {
+    assert_eq!(slots.len(), n);
+    let allowed = target.allowed_pus();
+    let mut load = vec![0usize; target.num_pus()];
+    for &s in slots {
+        assert!(target.is_allowed(s), "{alg}: PU {s} is not allowed");
+        load[s] += 1;
+    }
+    let loads: Vec<usize> = allowed.iter().map(|&p| load[p]).collect();
+    let (lo, hi) = (
+        loads.iter().min().copied().unwrap_or(0),
+        loads.iter().max().copied().unwrap_or(0),
+    );
+    if n <= allowed.len() {
+        assert!(hi <= 1, "{alg}: a PU holds {hi} tasks with free PUs left");
+    } else {
+        assert!(hi - lo <= 1, "{alg}: unbalanced loads {lo}..{hi}");
+    }
+    if !Algorithm::BASELINES.contains(&alg) {
+        let mut per_core = std::collections::HashMap::new();
+        for &p in &allowed {
+            per_core.insert((target.node_of(p), target.pu(p).core), 0usize);
+        }
+        for &s in slots {
+            *per_core
+                .entry((target.node_of(s), target.pu(s).core))
+                .or_insert(0) += 1;
+        }
+        let (c_lo, c_hi) = (
+            per_core.values().min().copied().unwrap_or(0),
+            per_core.values().max().copied().unwrap_or(0),
+        );
+        if n <= per_core.len() {
+            assert!(
+                c_hi <= 1,
+                "{alg}: a core holds {c_hi} tasks while cores are idle"
+            );
+        } else if n <= allowed.len() {
+            assert!(c_lo >= 1, "{alg}: an idle core while others share");
+        }
+    }
+}
+
+fn random_matrix(n: usize, edges: &[(usize, usize, u32)]) -> CommMatrix {
+    let mut m = CommMatrix::zeros(n);
+    for &(i, j, w) in edges {
+        let (i, j) = (i % n, j % n);
+        if i != j {
+            m.add(i, j, w as f64);
+            m.add(j, i, w as f64);
+        }
+    }
+    m
+}
+
+const MACHINES: [&str; 4] = [
+    "pack:2 l3:2 core:2 pu:2",
+    "pack:2 core:3 pu:2",
+    "numa:2 core:4 pu:1",
+    "pack:1 l2:3 core:2 pu:2",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_mapping_is_valid_deterministic_and_scored_by_the_shared_model(
+        n in 1usize..30,
+        edges in prop::collection::vec((0usize..30, 0usize..30, 1u32..100), 0..80),
+        machine in 0usize..MACHINES.len(),
+        forbid in prop::collection::vec(any::<bool>(), 16),
+        alg in 0usize..Algorithm::ALL.len(),
+        nodes in 1usize..3,
+    ) {
+        let alg = Algorithm::ALL[alg];
+        let m = random_matrix(n, &edges);
+        let base = Machine::from_synthetic(MACHINES[machine]).unwrap();
+        let mut target = if nodes == 1 {
+            Target::machine(base)
+        } else {
+            Target::cluster(Cluster::uniform(base, nodes).unwrap())
+        };
+        // Forbid some PUs, keeping at least one.
+        let keep: Vec<String> = (0..target.machines()[0].num_pus())
+            .filter(|&p| p == 0 || !forbid.get(p).copied().unwrap_or(false))
+            .map(|p| format!("pu:{p}"))
+            .collect();
+        target.restrict(&keep.join(" ")).unwrap();
+        let a = map(&m, &target, &opts(alg)).unwrap();
+        check_valid(&target, n, &a.slots, alg);
+        let b = map(&m, &target, &opts(alg)).unwrap();
+        prop_assert_eq!(&a.slots, &b.slots, "{} is not deterministic", alg);
+        let reference = cost::evaluate_matrix(&m, &target, &a.slots);
+        prop_assert!((a.cost - reference.cost).abs() <= 1e-9 * reference.cost.max(1.0));
+        let traffic: f64 = a.levels.iter().map(|x| x.1).sum();
+        prop_assert!((traffic - m.symmetrized().total()).abs() <= 1e-9 * traffic.max(1.0));
+    }
+}
+
+#[test]
+fn too_many_tasks_needs_oversubscribe() {
+    let t = synth("pack:1 core:2 pu:2");
+    let m = random_matrix(5, &[(0, 1, 3)]);
+    for alg in Algorithm::ALL {
+        let o = Options {
+            algorithm: alg,
+            seed: 1,
+            oversubscribe: false,
+        };
+        assert!(
+            matches!(
+                map(&m, &t, &o),
+                Err(MapError::TooManyTasks { tasks: 5, slots: 4 })
+            ),
+            "{alg}"
+        );
+    }
+}
+
+/// Tasks i and i + n/2 exchange a lot, nothing else: every partner pair should share the
+/// finest level, here one core's two hardware threads.
+#[test]
+fn distant_pairs_share_a_core() {
+    let t = synth("pack:2 l3:2 core:2 pu:2");
+    let n = 16;
+    let edges: Vec<(usize, usize, u32)> = (0..n / 2).map(|i| (i, i + n / 2, 100)).collect();
+    let m = random_matrix(n, &edges);
+    for alg in [
+        Algorithm::Huddle,
+        Algorithm::Drb,
+        Algorithm::Greedy,
+        Algorithm::Treematch,
+        Algorithm::Scotch,
+    ] {
+        let r = map(&m, &t, &opts(alg)).unwrap();
+        for i in 0..n / 2 {
+            assert_eq!(
+                t.level(r.slots[i], r.slots[i + n / 2]),
+                Level::Core,
+                "{alg}: pair {i} not on one core"
+            );
+        }
+        // Compact puts consecutive tasks together: the pairs end up far apart.
+        let rr = map(&m, &t, &opts(Algorithm::Compact)).unwrap();
+        assert!(r.cost < rr.cost, "{alg}");
+    }
+}
+
+/// With fewer tasks than cores, partners still share the nearest cache they can: an L3.
+#[test]
+fn distant_pairs_with_free_cores_share_an_l3() {
+    let t = synth("pack:2 l3:2 core:4 pu:2");
+    let n = 8;
+    let edges: Vec<(usize, usize, u32)> = (0..n / 2).map(|i| (i, i + n / 2, 100)).collect();
+    let m = random_matrix(n, &edges);
+    for alg in [
+        Algorithm::Huddle,
+        Algorithm::Drb,
+        Algorithm::Greedy,
+        Algorithm::Treematch,
+    ] {
+        let r = map(&m, &t, &opts(alg)).unwrap();
+        for i in 0..n / 2 {
+            assert_eq!(t.level(r.slots[i], r.slots[i + n / 2]), Level::L3, "{alg}");
+        }
+    }
+}
+
+#[test]
+fn all_to_all_is_insensitive() {
+    let t = synth("pack:2 core:4 pu:2");
+    let n = 16;
+    let m = CommMatrix::from_rows(
+        (0..n)
+            .map(|i| (0..n).map(|j| if i == j { 0.0 } else { 10.0 }).collect())
+            .collect(),
+    );
+    let reference = map(&m, &t, &opts(Algorithm::Identity)).unwrap().cost;
+    for alg in Algorithm::ALL {
+        let c = map(&m, &t, &opts(alg)).unwrap().cost;
+        assert!(
+            (c - reference).abs() < 1e-6 * reference,
+            "{alg}: {c} vs {reference}"
+        );
+    }
+}
+
+#[test]
+fn forbidden_pus_are_never_used() {
+    let mut t = synth("pack:2 core:4 pu:2");
+    t.restrict("package:1 ~core:5").unwrap();
+    let m = nas("nas-cg-16.csv");
+    let allowed = t.allowed_pus();
+    assert_eq!(allowed.len(), 6);
+    for alg in Algorithm::ALL {
+        let r = map(&m, &t, &opts(alg)).unwrap();
+        check_valid(&t, 16, &r.slots, alg);
+    }
+}
+
+#[test]
+fn ring_on_a_cluster_crosses_the_network_twice() {
+    let machine = Machine::from_synthetic("pack:2 core:4 pu:1").unwrap();
+    let t = Target::cluster(Cluster::uniform(machine, 2).unwrap());
+    let n = 16;
+    let edges: Vec<(usize, usize, f64)> = (0..n).map(|i| (i, (i + 5) % n, 1.0)).collect();
+    let g = Graph::from_edges(n, &edges);
+    for alg in [
+        Algorithm::Huddle,
+        Algorithm::Drb,
+        Algorithm::Greedy,
+        Algorithm::Scotch,
+    ] {
+        let r = map_graph(&g, &t, &opts(alg)).unwrap();
+        let network = r.levels.iter().find(|x| x.0 == Level::Network).unwrap().1;
+        assert_eq!(network, 2.0, "{alg}");
+    }
+}
+
+#[test]
+fn nas_files_are_stored_with_reversed_columns() {
+    for name in ["nas-cg-32.csv", "nas-mg-16.csv", "nas-ft-32.csv"] {
+        let raw = CommMatrix::read(&shared().join("data/matrices").join(name)).unwrap();
+        let (fixed, o) = mapping::orient(&raw);
+        assert_eq!(o, mapping::Orientation::ReversedColumns, "{name}");
+        let n = fixed.n();
+        for i in 0..n {
+            for j in 0..n {
+                assert_eq!(fixed.get(i, j), fixed.get(j, i), "{name} ({i},{j})");
+            }
+            assert!(
+                fixed.get(i, i) <= 1.0,
+                "{name}: self traffic on the diagonal"
+            );
+        }
+    }
+    let plain = random_matrix(12, &[(0, 1, 5), (2, 7, 3), (4, 9, 8)]);
+    assert_eq!(mapping::orient(&plain).1, mapping::Orientation::AsIs);
+}
+
+/// The done-when check: huddle's mapping of CG-32 on the 2x8x2 Xeon costs no more
+/// than Scotch's, both scored by the shared model.
+#[test]
+fn huddle_matches_or_beats_scotch_on_cg32() {
+    let xml = shared().join("data/topologies/32em64t-2n8c2t-pci-normalio.xml");
+    let t = Target::machine(Machine::from_xml(&xml).unwrap());
+    let m = nas("nas-cg-32.csv");
+    let ours = map(&m, &t, &opts(Algorithm::Huddle)).unwrap();
+    let scotch = map(&m, &t, &opts(Algorithm::Scotch)).unwrap();
+    check_valid(&t, 32, &ours.slots, Algorithm::Huddle);
+    check_valid(&t, 32, &scotch.slots, Algorithm::Scotch);
+    assert!(ours.cost <= scotch.cost, "{} > {}", ours.cost, scotch.cost);
+    for b in Algorithm::BASELINES {
+        assert!(ours.cost <= map(&m, &t, &opts(b)).unwrap().cost, "{b}");
+    }
+}
+
+/// SIMMer's CG guidance: CG talks in groups of four, so blocked beats cyclic.
+#[test]
+fn advisor_prefers_blocked_for_cg() {
+    let node = Machine::from_synthetic("pack:2 core:2 pu:1").unwrap();
+    for (name, nodes) in [
+        ("nas-cg-16.csv", 4),
+        ("nas-cg-32.csv", 8),
+        ("nas-cg-32.csv", 16),
+    ] {
+        let t = Target::cluster(Cluster::uniform(node.clone(), nodes).unwrap());
+        let g = Graph::from_matrix(&nas(name));
+        let a = advise::advise(&g, &t, &opts(Algorithm::Huddle)).unwrap();
+        assert_eq!(a.launcher_choice, "blocked", "{name} on {nodes} nodes");
+        let mapped = &a.placements[2].mapping;
+        assert!(a
+            .placements
+            .iter()
+            .all(|p| mapped.cost <= p.mapping.cost + 1e-9));
+    }
+}
+
+/// SIMMer's MG guidance: partners at power-of-two distances at least as large as the ranks
+/// per node land on one node only with cyclic allocation. The pattern as the thesis
+/// describes it (64 ranks, 16 nodes of 4 cores; partners at 16 and 32, and weaker ones at 1).
+#[test]
+fn advisor_prefers_cyclic_for_power_of_two_partners() {
+    let node = Machine::from_synthetic("pack:2 core:2 pu:1").unwrap();
+    let t = Target::cluster(Cluster::uniform(node, 16).unwrap());
+    let n = 64;
+    let mut edges = Vec::new();
+    for r in 0..n {
+        edges.push((r, (r + 16) % n, 10.0));
+        edges.push((r, (r + 32) % n, 10.0));
+        edges.push((r, (r + 1) % n, 2.0));
+    }
+    let g = Graph::from_edges(n, &edges);
+    let a = advise::advise(&g, &t, &opts(Algorithm::Huddle)).unwrap();
+    assert_eq!(a.launcher_choice, "cyclic");
+}
