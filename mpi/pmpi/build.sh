@@ -19,7 +19,7 @@ for impl in openmpi mpich; do
   done
   for src in "$root"/bench/pmpi/*.c "$root"/bench/simmer/*.c; do
     [ -e "$src" ] || continue
-    "$cc" "${flags[@]}" -o "$out/$impl/$(basename "$src" .c)" "$src" -lm
+    "$cc" "${flags[@]}" -I"$(dirname "$src")" -o "$out/$impl/$(basename "$src" .c)" "$src" -lm
   done
   echo "pmpi: built $out/$impl (agent, tests, benchmarks) with $cc"
 done

@@ -63,13 +63,20 @@ static struct {
     uint64_t pend_mark;    /* start of the current compute-with-pending-sends interval */
 } g = {.perf_fd = -1, .keyval = MPI_KEYVAL_INVALID};
 
-static __thread int depth; /* >0 inside a wrapped call: inner MPI calls are not recorded twice */
+/* initial-exec: a preloaded library may use static TLS, and it avoids __tls_get_addr calls. */
+static __thread int depth __attribute__((tls_model("initial-exec"))); /* >0 inside a wrapped call: inner MPI calls are not recorded twice */
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The time split reads the clock twice per blocking call. CLOCK_MONOTONIC_COARSE (the
+ * default; HUDDLE_PMPI_CLOCK=precise selects CLOCK_MONOTONIC) costs a fraction of a precise
+ * read; it advances once per kernel tick, and since call boundaries fall at random phases of
+ * the tick, the sum of many measured intervals is unbiased (docs/pmpi.md). */
+static clockid_t time_clock = CLOCK_MONOTONIC_COARSE;
 
 static inline uint64_t now_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(time_clock, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -167,8 +174,8 @@ static void cache_open(void)
 
 static void cache_read(uint64_t t)
 {
-    if (g.perf_fd < 0) return;
     g.last_cache_read = t;
+    if (g.perf_fd < 0) return;
     uint64_t v;
     if (read(g.perf_fd, &v, sizeof v) == (ssize_t)sizeof v) put(S_CACHE_MISSES, v);
 }
@@ -493,6 +500,8 @@ static void after_init(int provided)
 {
     PMPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &g.size);
+    const char *clk = getenv("HUDDLE_PMPI_CLOCK");
+    if (clk && strcmp(clk, "precise") == 0) time_clock = CLOCK_MONOTONIC;
     g.multiple = provided == MPI_THREAD_MULTIPLE;
     world_info.me = g.rank;
     world_info.size = g.size;
