@@ -474,6 +474,41 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// For every pattern and task count it accepts: the ground truth is symmetric with a
+        /// zero diagonal, every task of a communicating pattern has a partner, and every byte
+        /// a reader reads was written by a slot's writer in that phase.
+        #[test]
+        fn shapes_are_consistent(pick in 0usize..10, n in 1usize..40, pages in 16usize..300) {
+            let p = Pattern::ALL[pick];
+            proptest::prop_assume!(p.check_tasks(n).is_ok());
+            let l = match Layout::with_page(p, n, (pages * PAGE) as u64, PAGE) {
+                Ok(l) => l,
+                Err(e) => {
+                    proptest::prop_assert!(e.to_string().contains("too small"), "{}", e);
+                    return Ok(());
+                }
+            };
+            let m = shape(p, n);
+            for i in 0..n {
+                proptest::prop_assert_eq!(m.get(i, i), 0.0);
+                for j in 0..n {
+                    proptest::prop_assert_eq!(m.get(i, j), m.get(j, i));
+                }
+                if p.communicates() {
+                    proptest::prop_assert!(!partners(&m, i).is_empty(), "{} n={} task {} alone", p, n, i);
+                }
+            }
+            for (ph, phase) in l.phases.iter().enumerate() {
+                let d = l.directed_per_round(ph);
+                let written: f64 = phase.slots.iter().map(|s| (s.bytes() * s.readers.len()) as f64).sum();
+                let read: f64 = (0..n).flat_map(|w| (0..n).map(move |r| (w, r))).map(|(w, r)| d.get(w, r)).sum();
+                proptest::prop_assert_eq!(written, read);
+                proptest::prop_assert!(l.total >= phase.slots.iter().map(|s| s.base[1] + (s.pieces - 1) * s.stride + s.chunk).max().unwrap_or(0));
+            }
+        }
+    }
+
     #[test]
     fn region_size_is_checked() {
         let e = Layout::with_page(Pattern::AllToAll, 32, 64 * 1024, PAGE)

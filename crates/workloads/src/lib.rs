@@ -17,7 +17,7 @@ mod task;
 pub use layout::{
     ground_truth, moved_between_tasks, Layout, Phase, Slot, FALSE_SHARING_BLOCK, MAX_REGION_BYTES,
 };
-pub use pattern::{pattern_names, Pattern, CLUSTER_SIZE};
+pub use pattern::{pattern_names, Pattern, CLUSTER_SIZE, MAX_TASKS};
 pub use run::{run, Mode, Report, Spec, DEFAULT_REGION_BYTES, DEFAULT_SECONDS, MAX_SECONDS};
 pub use task::CONTENT_KEYS;
 

@@ -34,6 +34,9 @@ pub enum Pattern {
 /// Size of a cluster in [`Pattern::Clusters`].
 pub const CLUSTER_SIZE: usize = 8;
 
+/// Most tasks a workload runs (the control block holds an N×N counter matrix per phase).
+pub const MAX_TASKS: usize = 1024;
+
 impl Pattern {
     pub const ALL: [Pattern; 10] = [
         Pattern::Pairs,
@@ -93,6 +96,9 @@ impl Pattern {
         };
         if n < min {
             return bad(format!("needs at least {min} tasks"));
+        }
+        if n > MAX_TASKS {
+            return bad(format!("at most {MAX_TASKS} tasks are supported"));
         }
         let multiple = match self {
             Pattern::Pairs | Pattern::DistantPairs | Pattern::PhaseChange => 2,
@@ -168,5 +174,11 @@ mod tests {
         assert!(Pattern::Private.check_tasks(1).is_ok());
         assert!(Pattern::Ring.check_tasks(3).is_ok());
         assert!(Pattern::AllToAll.check_tasks(1).is_err());
+        assert!(Pattern::Private.check_tasks(0).is_err());
+        let e = Pattern::Ring
+            .check_tasks(MAX_TASKS + 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 1024"), "{e}");
     }
 }
