@@ -4,6 +4,7 @@
 mod exit;
 mod launch;
 mod machine_args;
+mod map;
 mod topo;
 mod workload;
 
@@ -31,6 +32,8 @@ struct Cli {
 enum Command {
     /// Show the machine model: levels, caches, NUMA nodes, PU OS indexes (hwloc underneath)
     Topo(topo::Args),
+    /// Map tasks onto PUs from a communication matrix; --advise compares blocked/cyclic/mapped
+    Map(map::Args),
     /// Run an MPI program built with huddle-cc as N pinned ranks (huddle's message passing)
     Launch(launch::Args),
     /// Run a built-in workload whose communication is known; write its ground-truth matrix
@@ -41,6 +44,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Topo(a) => topo::run(a),
+        Command::Map(a) => map::run(a),
         Command::Launch(a) => launch::run(a),
         Command::Workload(a) => workload::run(a),
     };

@@ -1,0 +1,347 @@
+//! `huddle map`: a communication matrix and a machine (or cluster) in, one PU per task out,
+//! in the format a launcher takes; `--advise` compares blocked, cyclic and mapped placement
+//! of ranks over nodes.
+
+use crate::exit::bad_input;
+use crate::machine_args::MachineArgs;
+use mapping::{Algorithm, MapError, Mapping, Options, Orientation, Target};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use topology::{Cluster, LevelCosts, Machine};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// {"mapping": [PU OS index per task], "cost", "levels", "algorithm", "seconds", ...}
+    Json,
+    /// PU OS indexes, comma-separated, in task order
+    Cpus,
+    /// Open MPI rankfile: `rank R=HOST slot=PACKAGE:CORE` (logical indexes, as Open MPI 4 reads them)
+    Rankfile,
+    /// Slurm `--cpu-bind=map_cpu:` list (one line per node on clusters)
+    Slurm,
+    /// OMP_PLACES value, one place per thread: {3},{5},...
+    OmpPlaces,
+    /// One `taskset -c CPU` prefix per task, line i for task i
+    Taskset,
+    /// Human-readable table (the default of --advise)
+    Text,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrientArg {
+    /// Flip columns when the matrix is stored with reversed columns (the NAS files are)
+    Auto,
+    AsIs,
+    Reversed,
+}
+
+#[derive(clap::Args)]
+#[command(
+    long_about = "Map the tasks of a communication matrix (CSV, N lines of N numbers) onto the \
+    machine so that partners share caches. Cost = sum over pairs of traffic x level cost of the \
+    finest level their PUs share (--costs). Tasks take one core each before any second \
+    hardware thread; more tasks than allowed PUs needs --oversubscribe (loads then differ by \
+    at most one). With --nodes or --node-xml ranks go to nodes first, then PUs. --advise \
+    compares blocked, cyclic and mapped placement over the nodes."
+)]
+pub struct Args {
+    /// Communication matrix (CSV)
+    #[arg(long, value_name = "FILE")]
+    pub matrix: PathBuf,
+    #[command(flatten)]
+    pub machine: MachineArgs,
+    /// A cluster of N copies of the machine (--xml, --synthetic or this one)
+    #[arg(long, value_name = "N", conflicts_with = "node_xml")]
+    pub nodes: Option<usize>,
+    /// A cluster with one hwloc XML file per node
+    #[arg(long, value_name = "F1,F2,...", value_delimiter = ',', conflicts_with_all = ["xml", "synthetic"])]
+    pub node_xml: Vec<PathBuf>,
+    /// huddle, drb, greedy, treematch, scotch, compact, scatter, round-robin, random, identity
+    #[arg(long, default_value = "huddle")]
+    pub algorithm: String,
+    /// Seed for randomised choices (same seed, same mapping)
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Allow more tasks than allowed PUs
+    #[arg(long)]
+    pub oversubscribe: bool,
+    /// Only use these PUs (hwloc location syntax, applied on every node)
+    #[arg(long, value_name = "LOCATION")]
+    pub pus: Option<String>,
+    /// Output format (default json; text for --advise)
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Host names for rankfiles (default localhost, or node0, node1, ... on clusters)
+    #[arg(long, value_name = "H1,H2,...", value_delimiter = ',')]
+    pub hosts: Vec<String>,
+    /// Compare blocked, cyclic and mapped placement of ranks over the nodes
+    #[arg(long)]
+    pub advise: bool,
+    /// How the matrix file is laid out
+    #[arg(long, value_enum, default_value = "auto")]
+    pub orientation: OrientArg,
+}
+
+fn map_err(e: MapError) -> anyhow::Error {
+    match e {
+        MapError::Scotch(_) => anyhow::Error::new(e),
+        _ => bad_input(e),
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let raw = matrix::CommMatrix::read(&args.matrix).map_err(bad_input)?;
+    let (m, orientation) = match args.orientation {
+        OrientArg::Auto => mapping::orient(&raw),
+        OrientArg::AsIs => (raw, Orientation::AsIs),
+        OrientArg::Reversed => (mapping::flip(&raw), Orientation::ReversedColumns),
+    };
+    let target = load_target(&args)?;
+    let opts = Options {
+        algorithm: Algorithm::parse(&args.algorithm).map_err(bad_input)?,
+        seed: args.seed,
+        oversubscribe: args.oversubscribe,
+    };
+    if args.advise {
+        if target.num_nodes() < 2 {
+            return Err(bad_input(
+                "--advise needs a cluster: give --nodes N (N >= 2) or --node-xml",
+            ));
+        }
+        let graph = mapping::Graph::from_matrix(&m);
+        let advice = mapping::advise::advise(&graph, &target, &opts).map_err(map_err)?;
+        print!(
+            "{}",
+            render_advice(&advice, &target, args.format.unwrap_or(Format::Text))?
+        );
+        return Ok(0);
+    }
+    let result = mapping::map(&m, &target, &opts).map_err(map_err)?;
+    print!(
+        "{}",
+        render(
+            &result,
+            &target,
+            args.format.unwrap_or(Format::Json),
+            &args.hosts,
+            orientation
+        )?
+    );
+    Ok(0)
+}
+
+fn load_target(args: &Args) -> anyhow::Result<Target> {
+    let costs = match &args.machine.costs {
+        Some(spec) => Some(LevelCosts::parse(spec).map_err(bad_input)?),
+        None => None,
+    };
+    let mut target = if !args.node_xml.is_empty() {
+        Target::cluster(Cluster::from_xml_files(&args.node_xml).map_err(bad_input)?)
+    } else {
+        let machine: Machine = args.machine.load()?;
+        match args.nodes {
+            None => Target::machine(machine),
+            Some(0) => return Err(bad_input("--nodes must be at least 1")),
+            Some(n) => Target::cluster(Cluster::uniform(machine, n).map_err(bad_input)?),
+        }
+    };
+    if let Some(c) = costs {
+        target.set_costs(c);
+    }
+    if let Some(loc) = &args.pus {
+        target.restrict(loc).map_err(map_err)?;
+    }
+    Ok(target)
+}
+
+fn levels_json(m: &Mapping) -> BTreeMap<&'static str, f64> {
+    m.levels.iter().map(|(l, v)| (l.name(), *v)).collect()
+}
+
+fn host(target: &Target, hosts: &[String], node: usize) -> String {
+    match hosts.get(node) {
+        Some(h) => h.clone(),
+        None if target.is_cluster() => format!("node{node}"),
+        None => "localhost".into(),
+    }
+}
+
+fn render(
+    m: &Mapping,
+    target: &Target,
+    format: Format,
+    hosts: &[String],
+    orientation: Orientation,
+) -> anyhow::Result<String> {
+    let os = m.os_indexes(target);
+    let nodes = m.nodes(target);
+    let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    Ok(match format {
+        Format::Json => {
+            let mut v = json!({
+                "mapping": os,
+                "cost": m.cost,
+                "levels": levels_json(m),
+                "algorithm": m.algorithm.name(),
+                "seconds": m.seconds,
+                "tasks": os.len(),
+                "orientation": orientation,
+            });
+            if target.is_cluster() {
+                v["nodes"] = json!(nodes);
+            }
+            serde_json::to_string_pretty(&v)? + "\n"
+        }
+        Format::Cpus => list(&os) + "\n",
+        Format::Slurm if !target.is_cluster() => format!("--cpu-bind=map_cpu:{}\n", list(&os)),
+        Format::Slurm => {
+            let mut out = String::new();
+            for k in 0..target.num_nodes() {
+                let local: Vec<u32> = (0..os.len())
+                    .filter(|&t| nodes[t] == k)
+                    .map(|t| os[t])
+                    .collect();
+                if !local.is_empty() {
+                    out += &format!(
+                        "{}: --cpu-bind=map_cpu:{}\n",
+                        host(target, hosts, k),
+                        list(&local)
+                    );
+                }
+            }
+            out
+        }
+        Format::OmpPlaces if target.is_cluster() => {
+            return Err(bad_input(
+                "omp-places describes the threads of one process; not for clusters",
+            ))
+        }
+        Format::OmpPlaces => {
+            os.iter()
+                .map(|o| format!("{{{o}}}"))
+                .collect::<Vec<_>>()
+                .join(",")
+                + "\n"
+        }
+        Format::Taskset => os
+            .iter()
+            .zip(&nodes)
+            .map(|(o, &k)| {
+                if target.is_cluster() {
+                    format!("{} taskset -c {o}\n", host(target, hosts, k))
+                } else {
+                    format!("taskset -c {o}\n")
+                }
+            })
+            .collect(),
+        Format::Rankfile => {
+            let mut out = String::new();
+            for (t, &g) in m.slots.iter().enumerate() {
+                let k = target.node_of(g);
+                out += &format!(
+                    "rank {t}={} slot={}\n",
+                    host(target, hosts, k),
+                    rank_slot(target, g)
+                );
+            }
+            out
+        }
+        Format::Text => {
+            let mut out = format!(
+                "algorithm {}  cost {:.1}  ({:.3} ms)\n",
+                m.algorithm,
+                m.cost,
+                m.seconds * 1e3
+            );
+            for (l, v) in &m.levels {
+                if *v > 0.0 {
+                    out += &format!("  traffic inside {:<8} {v:.1}\n", l.name());
+                }
+            }
+            out += &format!("cpus {}\n", list(&os));
+            out
+        }
+    })
+}
+
+/// Open MPI 4 rankfile slot: logical package and logical core inside it.
+fn rank_slot(target: &Target, g: usize) -> String {
+    let pu = target.pu(g);
+    let node = target.node_of(g);
+    let machine = &target.machines()[node];
+    match (pu.package, pu.core) {
+        (Some(p), Some(c)) => {
+            let first = machine
+                .pus
+                .iter()
+                .filter(|q| q.package == Some(p))
+                .filter_map(|q| q.core)
+                .min()
+                .unwrap_or(c);
+            format!("{p}:{}", c - first)
+        }
+        (None, Some(c)) => c.to_string(),
+        _ => pu.logical_index.to_string(),
+    }
+}
+
+fn render_advice(
+    a: &mapping::advise::Advice,
+    target: &Target,
+    format: Format,
+) -> anyhow::Result<String> {
+    match format {
+        Format::Json => {
+            let placements: Vec<_> = a
+                .placements
+                .iter()
+                .map(|p| {
+                    json!({
+                        "name": p.name,
+                        "cost": p.mapping.cost,
+                        "network": p.network,
+                        "levels": levels_json(&p.mapping),
+                        "mapping": p.mapping.os_indexes(target),
+                        "nodes": p.mapping.nodes(target),
+                    })
+                })
+                .collect();
+            Ok(serde_json::to_string_pretty(&json!({
+                "placements": placements,
+                "launcher_choice": a.launcher_choice,
+                "best": a.best,
+            }))? + "\n")
+        }
+        Format::Text => {
+            let best = a
+                .placements
+                .iter()
+                .map(|p| p.mapping.cost)
+                .fold(f64::INFINITY, f64::min);
+            let mut out = format!(
+                "{:<8} {:>14} {:>14} {:>9}\n",
+                "placement", "cost", "network", "vs best"
+            );
+            for p in &a.placements {
+                out += &format!(
+                    "{:<9} {:>14.1} {:>14.1} {:>9.3}\n",
+                    p.name,
+                    p.mapping.cost,
+                    p.network,
+                    if best > 0.0 {
+                        p.mapping.cost / best
+                    } else {
+                        1.0
+                    }
+                );
+            }
+            out += &format!(
+                "advice: {} allocation (of blocked/cyclic); best overall: {}\n",
+                a.launcher_choice, a.best
+            );
+            Ok(out)
+        }
+        _ => Err(bad_input("--advise prints text or json")),
+    }
+}

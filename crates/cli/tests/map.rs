@@ -1,0 +1,256 @@
+//! `huddle map` end to end: the done-when check, output formats, the advisor, bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn huddle(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_huddle"))
+        .args(args)
+        .output()
+        .expect("huddle runs")
+}
+
+fn shared(rel: &str) -> String {
+    let base = std::env::var_os("HUDDLE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    base.join(rel).display().to_string()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+fn cg32_on_xeon(extra: &[&str]) -> Output {
+    let m = shared("data/matrices/nas-cg-32.csv");
+    let x = shared("data/topologies/32em64t-2n8c2t-pci-normalio.xml");
+    let mut args = vec!["map", "--matrix", &m, "--xml", &x];
+    args.extend_from_slice(extra);
+    huddle(&args)
+}
+
+#[test]
+fn done_when_cg32_costs_no_more_than_scotch() {
+    let ours = json(&cg32_on_xeon(&["--format", "json"]));
+    let scotch = json(&cg32_on_xeon(&[
+        "--format",
+        "json",
+        "--algorithm",
+        "scotch",
+    ]));
+    let mut pus: Vec<u64> = ours["mapping"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    pus.sort_unstable();
+    assert_eq!(pus, (0..32).collect::<Vec<u64>>(), "one task per PU");
+    assert_eq!(ours["algorithm"], "huddle");
+    assert_eq!(ours["orientation"], "reversed-columns");
+    let (c, s) = (
+        ours["cost"].as_f64().unwrap(),
+        scotch["cost"].as_f64().unwrap(),
+    );
+    assert!(c <= s, "huddle {c} > scotch {s}");
+    let levels: f64 = ours["levels"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!(levels > 0.0);
+    assert!(ours["seconds"].as_f64().unwrap() >= 0.0);
+}
+
+#[test]
+fn formats_agree_with_the_json_mapping() {
+    let v = json(&cg32_on_xeon(&["--format", "json"]));
+    let os: Vec<String> = v["mapping"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+    let text = |f: &str| {
+        let o = cg32_on_xeon(&["--format", f]);
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(text("cpus").trim(), os.join(","));
+    assert_eq!(
+        text("slurm").trim(),
+        format!("--cpu-bind=map_cpu:{}", os.join(","))
+    );
+    let places: Vec<String> = os.iter().map(|o| format!("{{{o}}}")).collect();
+    assert_eq!(text("omp-places").trim(), places.join(","));
+    let taskset = text("taskset");
+    assert_eq!(taskset.lines().count(), 32);
+    assert_eq!(
+        taskset.lines().next().unwrap(),
+        format!("taskset -c {}", os[0])
+    );
+    let rankfile = text("rankfile");
+    let lines: Vec<&str> = rankfile.lines().collect();
+    assert_eq!(lines.len(), 32);
+    for (r, l) in lines.iter().enumerate() {
+        assert!(l.starts_with(&format!("rank {r}=localhost slot=")), "{l}");
+        let slot = l.rsplit('=').next().unwrap();
+        let (p, c) = slot.split_once(':').expect("package:core");
+        assert!(
+            p.parse::<u32>().unwrap() < 2 && c.parse::<u32>().unwrap() < 8,
+            "{l}"
+        );
+    }
+}
+
+#[test]
+fn cluster_json_has_nodes_and_pus_restriction_holds() {
+    let m = shared("data/matrices/nas-cg-16.csv");
+    let v = json(&huddle(&[
+        "map",
+        "--matrix",
+        &m,
+        "--synthetic",
+        "pack:2 core:4 pu:2",
+        "--nodes",
+        "2",
+        "--pus",
+        "package:0",
+        "--algorithm",
+        "drb",
+    ]));
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 16);
+    assert_eq!(nodes.iter().filter(|n| n.as_u64() == Some(0)).count(), 8);
+    for pu in v["mapping"].as_array().unwrap() {
+        assert!(pu.as_u64().unwrap() < 8, "package 0 only: {pu}");
+    }
+}
+
+#[test]
+fn advise_prefers_blocked_for_cg() {
+    let m = shared("data/matrices/nas-cg-32.csv");
+    let v = json(&huddle(&[
+        "map",
+        "--matrix",
+        &m,
+        "--synthetic",
+        "pack:2 core:2 pu:1",
+        "--nodes",
+        "8",
+        "--advise",
+        "--format",
+        "json",
+    ]));
+    assert_eq!(v["launcher_choice"], "blocked");
+    let p = v["placements"].as_array().unwrap();
+    assert_eq!(p.len(), 3);
+    assert!(p[0]["cost"].as_f64().unwrap() < p[1]["cost"].as_f64().unwrap());
+    let text = huddle(&[
+        "map",
+        "--matrix",
+        &m,
+        "--synthetic",
+        "pack:2 core:2 pu:1",
+        "--nodes",
+        "8",
+        "--advise",
+    ]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("advice: blocked"));
+}
+
+fn bad(content: &str, extra: &[&str]) -> (i32, String) {
+    let dir = std::env::temp_dir().join(format!("huddle-map-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join(format!("m{}.csv", content.len() + extra.len() * 1000));
+    std::fs::write(&f, content).unwrap();
+    let p = f.display().to_string();
+    let mut args = vec![
+        "map",
+        "--matrix",
+        p.as_str(),
+        "--synthetic",
+        "pack:1 core:2 pu:2",
+    ];
+    args.extend_from_slice(extra);
+    let o = huddle(&args);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.starts_with("huddle: "), "{err}");
+    (o.status.code().unwrap_or(-1), err)
+}
+
+#[test]
+fn bad_matrices_name_file_line_and_column() {
+    for (content, place, what) in [
+        ("0,1,2\n1,0\n2,1,0\n", ":2:3:", "square"),
+        ("0,1\n-1,0\n", ":2:1:", "negative"),
+        ("0,NaN\n1,0\n", ":1:2:", "finite"),
+        ("0,1\n1,x\n", ":2:2:", "not a number"),
+        ("a,b\n0,1\n1,0\n", ":1:1:", "header"),
+    ] {
+        let (code, err) = bad(content, &[]);
+        assert_eq!(code, 2, "{content:?}: {err}");
+        assert!(
+            err.contains(place) && err.contains(what),
+            "{content:?}: {err}"
+        );
+        assert!(err.contains(".csv"), "names the file: {err}");
+    }
+}
+
+#[test]
+fn too_many_tasks_is_bad_input_unless_oversubscribed() {
+    let five = "0,1,1,1,1\n1,0,1,1,1\n1,1,0,1,1\n1,1,1,0,1\n1,1,1,1,0\n";
+    let (code, err) = bad(five, &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("5 tasks") && err.contains("--oversubscribe"),
+        "{err}"
+    );
+    let dir = std::env::temp_dir().join(format!("huddle-map-over-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("five.csv");
+    std::fs::write(&f, five).unwrap();
+    let v = json(&huddle(&[
+        "map",
+        "--matrix",
+        f.to_str().unwrap(),
+        "--synthetic",
+        "pack:1 core:2 pu:2",
+        "--oversubscribe",
+    ]));
+    assert_eq!(v["mapping"].as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn unknown_algorithm_and_bad_location_exit_2() {
+    let m = shared("data/matrices/nas-cg-16.csv");
+    for extra in [
+        vec!["--algorithm", "metis"],
+        vec!["--pus", "core:99"],
+        vec!["--costs", "l3=x"],
+    ] {
+        let mut args = vec![
+            "map",
+            "--matrix",
+            m.as_str(),
+            "--synthetic",
+            "pack:2 core:4 pu:2",
+        ];
+        args.extend(extra.iter().copied());
+        let o = huddle(&args);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
