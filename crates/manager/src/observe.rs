@@ -15,7 +15,13 @@ impl Detected {
     /// listed by the session but never mapped). Tasks are only ever appended and their
     /// agent flag never changes, so these indexes are stable over the run.
     fn program_rows(&self) -> Vec<usize> {
-        self.session.tasks().iter().enumerate().filter(|(_, t)| !t.agent).map(|(i, _)| i).collect()
+        self.session
+            .tasks()
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.agent)
+            .map(|(i, _)| i)
+            .collect()
     }
 }
 
@@ -53,14 +59,23 @@ impl Observer for Detected {
     }
 
     fn source(&self) -> String {
-        let active: Vec<String> =
-            self.session.sources().iter().filter(|s| s.active).map(|s| s.name.clone()).collect();
+        let active: Vec<String> = self
+            .session
+            .sources()
+            .iter()
+            .filter(|s| s.active)
+            .map(|s| s.name.clone())
+            .collect();
         active.join(" + ")
     }
 
     fn notes(&self) -> Vec<String> {
-        let mut notes: Vec<String> =
-            self.session.sources().iter().map(|s| format!("{}: {}", s.name, s.note)).collect();
+        let mut notes: Vec<String> = self
+            .session
+            .sources()
+            .iter()
+            .map(|s| format!("{}: {}", s.name, s.note))
+            .collect();
         notes.extend(self.session.agent_notes());
         let st = self.session.stats();
         notes.push(format!(

@@ -216,6 +216,7 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
                 cost_new,
                 predicted_gain: gain,
                 mapping: if action == "migrate" { new_os } else { cur_os },
+                tasks: live_idx.clone(),
                 reason,
             });
         }

@@ -88,8 +88,11 @@ pub struct Decision {
     pub cost_new: f64,
     /// (current - new) / current.
     pub predicted_gain: f64,
-    /// PU OS index per task after the decision.
+    /// PU OS index per task after the decision, for the tasks in `tasks`.
     pub mapping: Vec<u32>,
+    /// Indexes (into tasks.json) of the live tasks the decision covered, in `mapping` order.
+    #[serde(default)]
+    pub tasks: Vec<usize>,
     pub reason: String,
 }
 

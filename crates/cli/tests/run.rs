@@ -1,0 +1,248 @@
+//! `huddle run` / `huddle attach` end to end: exit statuses, signals, huddle's own death,
+//! permissions, and that a managed program computes the same result.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn huddle() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_huddle"));
+    c.stdin(Stdio::null());
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    huddle().args(args).output().expect("huddle runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("huddle-run-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Waits for a child with a deadline; kills it and fails the test if it hangs.
+fn wait_for(mut child: std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("huddle did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    // Zombies count as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[test]
+fn the_programs_exit_status_is_returned() {
+    assert_eq!(
+        run(&["run", "--quiet", "--", "sh", "-c", "exit 3"])
+            .status
+            .code(),
+        Some(3)
+    );
+    assert_eq!(
+        run(&["run", "--quiet", "--", "true"]).status.code(),
+        Some(0)
+    );
+    // Death by signal: 128 + signal, as a shell reports it.
+    assert_eq!(
+        run(&["run", "--quiet", "--", "sh", "-c", "kill -SEGV $$"])
+            .status
+            .code(),
+        Some(139)
+    );
+}
+
+#[test]
+fn a_missing_command_is_127_with_a_message() {
+    let out = run(&["run", "--quiet", "--", "/nonexistent/program"]);
+    assert_eq!(out.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("command not found"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn bad_options_are_exit_2() {
+    for args in [
+        &["run", "--policy", "fastest", "--", "true"][..],
+        &["run", "--threshold", "150", "--", "true"],
+        &["run", "--pus", "core:99", "--", "true"],
+        &["run", "--block-size", "100", "--", "true"],
+        &["attach", "999999999"],
+    ] {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn sigterm_to_huddle_reaches_the_program() {
+    let child = huddle()
+        .args(["run", "--quiet", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let st = wait_for(child, Duration::from_secs(20));
+    assert_eq!(
+        st.code(),
+        Some(128 + libc::SIGTERM),
+        "sleep died of the forwarded SIGTERM"
+    );
+}
+
+#[test]
+fn the_program_survives_when_huddle_is_killed() {
+    let dir = scratch("survive");
+    let flag = dir.join("done");
+    let script = format!("sleep 1.5; echo finished > {}", flag.display());
+    let child = huddle()
+        .args(["run", "--quiet", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    // SAFETY: killing our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    wait_for(child, Duration::from_secs(5));
+    let end = Instant::now() + Duration::from_secs(20);
+    while !flag.exists() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&flag).unwrap_or_default().trim(),
+        "finished"
+    );
+}
+
+#[test]
+fn attach_manages_a_running_process_and_leaves_it_running() {
+    let mut target = Command::new("sleep").arg("20").spawn().unwrap();
+    let pid = target.id().to_string();
+    let out = run(&["attach", "--quiet", "--seconds", "0.5", &pid]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        alive(target.id() as i32),
+        "attach must not stop the program"
+    );
+    target.kill().unwrap();
+    target.wait().unwrap();
+}
+
+#[test]
+fn attach_refuses_processes_the_user_may_not_ptrace() {
+    if unsafe { libc::geteuid() } != 0 || Command::new("setpriv").arg("--help").output().is_err() {
+        eprintln!("needs root and setpriv to act as another user");
+        return;
+    }
+    // This test process belongs to root; huddle runs as nobody.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_huddle"),
+        ])
+        .args([
+            "attach",
+            "--quiet",
+            "--seconds",
+            "0.2",
+            &std::process::id().to_string(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not allowed"), "{err}");
+}
+
+#[test]
+fn report_files_are_private_and_the_result_is_unchanged() {
+    let dir = scratch("report");
+    let report = dir.join("r");
+    let plain = dir.join("plain");
+    let managed = dir.join("managed");
+    let workload = |out: &PathBuf| {
+        vec![
+            env!("CARGO_BIN_EXE_huddle").to_string(),
+            "workload".into(),
+            "pairs".into(),
+            "--threads".into(),
+            "4".into(),
+            "--seconds".into(),
+            "0.5".into(),
+            "--json".into(),
+            "--out-dir".into(),
+            out.display().to_string(),
+        ]
+    };
+    let base = Command::new(&workload(&plain)[0])
+        .args(&workload(&plain)[1..])
+        .output()
+        .unwrap();
+    assert!(base.status.success());
+    let mut args = vec![
+        "run".to_string(),
+        "--quiet".into(),
+        "--report".into(),
+        report.display().to_string(),
+        "--".into(),
+    ];
+    args.extend(workload(&managed));
+    let out = huddle().args(&args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sum = |o: &Output| -> String {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("workload JSON");
+        v["checksum"].to_string()
+    };
+    assert_eq!(
+        sum(&base),
+        sum(&out),
+        "managing the program must not change its result"
+    );
+    let mode = |p: PathBuf| std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(report.clone()), 0o700);
+    for f in [
+        "run.json",
+        "tasks.json",
+        "matrix.csv",
+        "placements.csv",
+        "decisions.json",
+        "index.html",
+    ] {
+        assert_eq!(mode(report.join(f)), 0o600, "{f}");
+    }
+    let page = std::fs::read_to_string(report.join("index.html")).unwrap();
+    assert!(page.contains("<svg"));
+    // `huddle report` renders it again from the raw data.
+    std::fs::remove_file(report.join("index.html")).unwrap();
+    let again = run(&["report", &report.display().to_string()]);
+    assert!(again.status.success());
+    assert!(report.join("index.html").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
