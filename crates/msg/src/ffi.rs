@@ -103,7 +103,10 @@ fn call(name: &str, comm: MPI_Comm, f: impl FnOnce(&mut Lib) -> R<()>) -> c_int 
                     code
                 } else {
                     let rank = lib.eng.rank();
-                    eprintln!("huddle-msg: rank {rank}: {name}: {msg} (MPI_ERRORS_ARE_FATAL)");
+                    // One write, so lines of several ranks do not interleave.
+                    let line =
+                        format!("huddle-msg: rank {rank}: {name}: {msg} (MPI_ERRORS_ARE_FATAL)\n");
+                    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
                     lib.eng.segment().raise_abort(rank as i32, code);
                     std::process::exit(1);
                 }
@@ -347,7 +350,8 @@ pub unsafe extern "C" fn MPI_Abort(_comm: MPI_Comm, code: c_int) -> c_int {
     let _ = catch_unwind(|| {
         if let Some(l) = lock(&LIB).as_ref() {
             let rank = l.eng.rank();
-            eprintln!("huddle-msg: rank {rank} called MPI_Abort with code {code}");
+            let line = format!("huddle-msg: rank {rank} called MPI_Abort with code {code}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             l.eng.segment().raise_abort(rank as i32, code);
         }
     });
