@@ -57,7 +57,7 @@ static void t_mp_lock(void) {
 
 /* Writes before a barrier are visible to every process after it, including the page's home. */
 static void t_barrier(void) {
-    size_t n = 64 * 1024;
+    size_t n = 16 * 1024;
     int *a = svm_malloc(n * sizeof(int));
     for (int it = 0; it < 10; it++) {
         for (size_t i = R; i < n; i += N) a[i] = it * 7 + (int)i;
@@ -199,7 +199,7 @@ static void t_die(const char *how) {
     svm_barrier();
     if (R == 1) {
         svm_lock(5);
-        a[4096] = 1;
+        a[1024] = 1;
         raise(strcmp(how, "kill") ? SIGSTOP : SIGKILL);
     }
     sleep(1);
@@ -218,10 +218,10 @@ int main(int argc, char **argv) {
     int all = !strcmp(t, "all");
     if (all || !strcmp(t, "mp_lock")) t_mp_lock();
     if (all || !strcmp(t, "barrier")) t_barrier();
-    if (all || !strcmp(t, "counter")) t_counter(argc > 2 && !all ? atoi(argv[2]) : 200);
+    if (all || !strcmp(t, "counter")) t_counter(argc > 2 && !all ? atoi(argv[2]) : 100);
     if (all || !strcmp(t, "false_sharing")) t_false_sharing();
     if (all || !strcmp(t, "syscall")) t_syscall();
-    if (all || !strcmp(t, "stress")) t_stress(argc > 2 && !all ? atoi(argv[2]) : 2000);
+    if (all || !strcmp(t, "stress")) t_stress(argc > 2 && !all ? atoi(argv[2]) : 500);
     if (!strcmp(t, "die")) t_die(argc > 2 ? argv[2] : "stop");
     svm_finalize();
     if (failed) return 1;
