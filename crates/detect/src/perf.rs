@@ -1,0 +1,393 @@
+//! Software page-fault events from perf_event_open, read from per-CPU mmap'd ring buffers.
+//!
+//! One event per (task, CPU) with `inherit`, so threads and children created later report
+//! into the same per-CPU buffers. Period 1: every fault is a sample with TID, TIME, ADDR, CPU.
+//! FORK/EXIT/COMM records tell us about tasks; LOST records are counted, never hidden.
+
+use perf_event_open_sys as sys;
+use std::io;
+use std::sync::atomic::{fence, Ordering};
+use sys::bindings as b;
+
+/// One record from a ring buffer, decoded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    /// A page fault by `tid` (in process `pid`) at `addr`; `time` is CLOCK_MONOTONIC ns.
+    Fault {
+        pid: u32,
+        tid: u32,
+        time: u64,
+        addr: u64,
+        cpu: u32,
+    },
+    /// A task was created (thread when pid == ppid... see perf_event_open(2)).
+    Fork { pid: u32, tid: u32, time: u64 },
+    /// A task ended.
+    Exit { pid: u32, tid: u32, time: u64 },
+    /// A task got a new name (exec or prctl).
+    Comm { pid: u32, tid: u32, comm: String },
+    /// The kernel dropped `lost` records because the buffer was full.
+    Lost { lost: u64 },
+}
+
+/// Why a perf source could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error(
+        "perf_event_open on pid {pid} cpu {cpu}: {err} (kernel.perf_event_paranoid = {paranoid}; \
+         needs CAP_PERFMON or CAP_SYS_ADMIN, or paranoid <= 2 for user-space-only events)"
+    )]
+    Permission {
+        pid: i32,
+        cpu: i32,
+        err: io::Error,
+        paranoid: String,
+    },
+    #[error("perf_event_open on pid {pid} cpu {cpu}: {err}")]
+    Open { pid: i32, cpu: i32, err: io::Error },
+    #[error("mmap of the perf ring buffer ({bytes} bytes): {err}")]
+    Mmap { bytes: usize, err: io::Error },
+}
+
+/// The contents of /proc/sys/kernel/perf_event_paranoid, for messages.
+pub fn paranoid_level() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown (no /proc/sys/kernel/perf_event_paranoid)".into())
+}
+
+/// The page-fault event description.
+fn attr(exclude_kernel: bool, enable_on_exec: bool, wakeup_bytes: u32) -> b::perf_event_attr {
+    // SAFETY: perf_event_attr is plain old data; all-zero is its documented default.
+    let mut a: b::perf_event_attr = unsafe { std::mem::zeroed() };
+    a.type_ = b::PERF_TYPE_SOFTWARE;
+    a.size = std::mem::size_of::<b::perf_event_attr>() as u32;
+    a.config = b::PERF_COUNT_SW_PAGE_FAULTS as u64;
+    a.__bindgen_anon_1.sample_period = 1;
+    a.sample_type =
+        (b::PERF_SAMPLE_TID | b::PERF_SAMPLE_TIME | b::PERF_SAMPLE_ADDR | b::PERF_SAMPLE_CPU)
+            as u64;
+    a.set_disabled(1);
+    a.set_inherit(1);
+    a.set_task(1);
+    a.set_comm(1);
+    a.set_comm_exec(1);
+    a.set_sample_id_all(1);
+    a.set_exclude_kernel(exclude_kernel as u64);
+    a.set_exclude_hv(1);
+    a.set_enable_on_exec(enable_on_exec as u64);
+    a.set_use_clockid(1);
+    a.clockid = libc::CLOCK_MONOTONIC;
+    a.set_watermark(1);
+    a.__bindgen_anon_2.wakeup_watermark = wakeup_bytes;
+    a
+}
+
+/// One per-CPU ring buffer (and the event fd that owns it).
+struct Ring {
+    fd: i32,
+    base: *mut u8,
+    len: usize,
+    data_size: u64,
+}
+
+// SAFETY: the ring is only touched through &mut self; the mapping lives as long as Ring.
+unsafe impl Send for Ring {}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: base/len come from a successful mmap; fd from perf_event_open.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// All rings of one perf source, plus what it has seen.
+pub struct PerfSource {
+    rings: Vec<Ring>,
+    /// Records the kernel reported as lost.
+    pub lost: u64,
+    /// Whether faults taken in kernel mode (inside system calls) are excluded.
+    pub exclude_kernel: bool,
+    scratch: Vec<u8>,
+}
+
+/// Online CPUs, as perf wants them (by OS index).
+pub fn online_cpus() -> Vec<i32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let mut it = part.splitn(2, '-');
+        let lo = it.next().and_then(|x| x.parse::<i32>().ok());
+        let hi = it.next().and_then(|x| x.parse::<i32>().ok());
+        match (lo, hi) {
+            (Some(l), Some(h)) => cpus.extend(l..=h),
+            (Some(l), None) => cpus.push(l),
+            _ => {}
+        }
+    }
+    if cpus.is_empty() {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);
+        cpus.extend(0..n as i32);
+    }
+    cpus
+}
+
+impl PerfSource {
+    /// Opens the page-fault event on each of `tids` (inherit follows their future children),
+    /// one ring per CPU; every further (tid, CPU) event writes into that CPU's ring.
+    /// `enable_on_exec`: counting starts when the (stopped, not yet exec'd) task execs.
+    /// Tries with kernel-mode faults first and falls back to user-only events on EACCES.
+    pub fn open(
+        tids: &[i32],
+        enable_on_exec: bool,
+        ring_pages: usize,
+    ) -> Result<PerfSource, PerfError> {
+        match Self::open_with(tids, enable_on_exec, ring_pages, false) {
+            Err(PerfError::Permission { .. }) => {
+                Self::open_with(tids, enable_on_exec, ring_pages, true)
+            }
+            r => r,
+        }
+    }
+
+    fn open_with(
+        tids: &[i32],
+        enable_on_exec: bool,
+        ring_pages: usize,
+        exclude_kernel: bool,
+    ) -> Result<PerfSource, PerfError> {
+        let page = page_size();
+        let pages = ring_pages.max(1).next_power_of_two();
+        let data_bytes = pages * page;
+        let mut a = attr(exclude_kernel, enable_on_exec, (data_bytes / 4) as u32);
+        let mut rings = Vec::new();
+        let mut others = Vec::new();
+        for &cpu in &online_cpus() {
+            let mut leader: Option<usize> = None;
+            for &tid in tids {
+                // SAFETY: `a` is a valid, fully initialised attribute struct.
+                let fd = unsafe {
+                    sys::perf_event_open(
+                        &mut a,
+                        tid,
+                        cpu,
+                        -1,
+                        b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+                    )
+                };
+                if fd < 0 {
+                    let err = io::Error::last_os_error();
+                    return Err(match err.raw_os_error() {
+                        Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Permission {
+                            pid: tid,
+                            cpu,
+                            err,
+                            paranoid: paranoid_level(),
+                        },
+                        _ => PerfError::Open { pid: tid, cpu, err },
+                    });
+                }
+                match leader {
+                    None => {
+                        let len = data_bytes + page;
+                        // SAFETY: mapping a perf fd as documented: 1 + 2^n pages, shared.
+                        let base = unsafe {
+                            libc::mmap(
+                                std::ptr::null_mut(),
+                                len,
+                                libc::PROT_READ | libc::PROT_WRITE,
+                                libc::MAP_SHARED,
+                                fd,
+                                0,
+                            )
+                        };
+                        if base == libc::MAP_FAILED {
+                            let err = io::Error::last_os_error();
+                            // SAFETY: fd is ours.
+                            unsafe { libc::close(fd) };
+                            return Err(PerfError::Mmap { bytes: len, err });
+                        }
+                        rings.push(Ring {
+                            fd,
+                            base: base as *mut u8,
+                            len,
+                            data_size: data_bytes as u64,
+                        });
+                        leader = Some(rings.len() - 1);
+                    }
+                    Some(i) => {
+                        // Same CPU, another task: send its records into the CPU's ring.
+                        // SAFETY: both fds are valid perf events on the same CPU.
+                        let r = unsafe { sys::ioctls::SET_OUTPUT(fd, rings[i].fd) };
+                        if r < 0 {
+                            let err = io::Error::last_os_error();
+                            unsafe { libc::close(fd) };
+                            return Err(PerfError::Open { pid: tid, cpu, err });
+                        }
+                        others.push(fd);
+                    }
+                }
+            }
+        }
+        let src = PerfSource {
+            rings,
+            lost: 0,
+            exclude_kernel,
+            scratch: Vec::new(),
+        };
+        // The extra fds stay open through their output redirection; keep them as rings
+        // with no mapping would complicate Drop, so leak-proof them by closing at drop time.
+        let mut src = src;
+        for fd in others {
+            src.rings.push(Ring {
+                fd,
+                base: std::ptr::null_mut(),
+                len: 0,
+                data_size: 0,
+            });
+        }
+        if !enable_on_exec {
+            src.enable();
+        }
+        Ok(src)
+    }
+
+    /// Starts counting on every event (for attach; spawn uses enable-on-exec).
+    pub fn enable(&self) {
+        for r in &self.rings {
+            // SAFETY: r.fd is a perf event fd we own.
+            unsafe { sys::ioctls::ENABLE(r.fd, 0) };
+        }
+    }
+
+    /// The fds to wait on (readable when a ring passes its watermark or a task exits).
+    pub fn fds(&self) -> Vec<i32> {
+        self.rings
+            .iter()
+            .filter(|r| r.len > 0)
+            .map(|r| r.fd)
+            .collect()
+    }
+
+    /// Decodes every record now in the rings and hands it to `f`; returns how many.
+    pub fn drain(&mut self, mut f: impl FnMut(Record)) -> u64 {
+        let mut n = 0;
+        for i in 0..self.rings.len() {
+            if self.rings[i].len == 0 {
+                continue;
+            }
+            n += self.drain_ring(i, &mut f);
+        }
+        n
+    }
+
+    fn drain_ring(&mut self, i: usize, f: &mut impl FnMut(Record)) -> u64 {
+        let page = page_size();
+        let ring = &self.rings[i];
+        let meta = ring.base as *mut b::perf_event_mmap_page;
+        let data = unsafe { ring.base.add(page) };
+        let size = ring.data_size;
+        // SAFETY: meta points at the mapped control page; data_head is written by the
+        // kernel, so read it volatile and fence before reading the data it covers.
+        let head = unsafe { std::ptr::read_volatile(&(*meta).data_head) };
+        fence(Ordering::Acquire);
+        let mut tail = unsafe { std::ptr::read_volatile(&(*meta).data_tail) };
+        let mut n = 0;
+        while tail + 8 <= head {
+            let mut hdr = [0u8; 8];
+            copy_ring(data, size, tail, &mut hdr);
+            let typ = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+            let len = u16::from_ne_bytes([hdr[6], hdr[7]]) as u64;
+            if len < 8 || tail + len > head {
+                break;
+            }
+            self.scratch.resize(len as usize, 0);
+            copy_ring(data, size, tail, &mut self.scratch);
+            if let Some(rec) = decode(typ, &self.scratch[8..]) {
+                if let Record::Lost { lost } = rec {
+                    self.lost += lost;
+                }
+                f(rec);
+                n += 1;
+            }
+            tail += len;
+        }
+        fence(Ordering::Release);
+        // SAFETY: tells the kernel how far we have read; only we write data_tail.
+        unsafe { std::ptr::write_volatile(&mut (*meta).data_tail, tail) };
+        n
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// Copies `out.len()` bytes starting at ring offset `pos`, wrapping at the end.
+fn copy_ring(data: *const u8, size: u64, pos: u64, out: &mut [u8]) {
+    let start = (pos % size) as usize;
+    let first = out.len().min(size as usize - start);
+    // SAFETY: both ranges lie inside the data area of `size` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.add(start), out.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(data, out.as_mut_ptr().add(first), out.len() - first);
+    }
+}
+
+fn u32_at(b: &[u8], i: usize) -> Option<u32> {
+    b.get(i..i + 4)
+        .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn u64_at(b: &[u8], i: usize) -> Option<u64> {
+    let s = b.get(i..i + 8)?;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(s);
+    Some(u64::from_ne_bytes(a))
+}
+
+/// Decodes a record body (after the 8-byte header). Sample layout for
+/// TID|TIME|ADDR|CPU: pid, tid, time, addr, cpu, res. Other records end in the
+/// sample_id fields TID, TIME, CPU (sample_id_all).
+pub fn decode(typ: u32, body: &[u8]) -> Option<Record> {
+    match typ {
+        b::PERF_RECORD_SAMPLE => Some(Record::Fault {
+            pid: u32_at(body, 0)?,
+            tid: u32_at(body, 4)?,
+            time: u64_at(body, 8)?,
+            addr: u64_at(body, 16)?,
+            cpu: u32_at(body, 24)?,
+        }),
+        b::PERF_RECORD_FORK => Some(Record::Fork {
+            pid: u32_at(body, 0)?,
+            tid: u32_at(body, 8)?,
+            time: u64_at(body, 16)?,
+        }),
+        b::PERF_RECORD_EXIT => Some(Record::Exit {
+            pid: u32_at(body, 0)?,
+            tid: u32_at(body, 8)?,
+            time: u64_at(body, 16)?,
+        }),
+        b::PERF_RECORD_COMM => {
+            let name = body.get(8..)?;
+            let end = name
+                .iter()
+                .position(|&c| c == 0)
+                .unwrap_or(name.len().min(16));
+            Some(Record::Comm {
+                pid: u32_at(body, 0)?,
+                tid: u32_at(body, 4)?,
+                comm: String::from_utf8_lossy(&name[..end]).into_owned(),
+            })
+        }
+        b::PERF_RECORD_LOST => Some(Record::Lost {
+            lost: u64_at(body, 8)?,
+        }),
+        _ => None,
+    }
+}

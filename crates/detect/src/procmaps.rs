@@ -1,0 +1,99 @@
+//! /proc/PID/maps: which mapping an address falls in, to build keys that are equal across
+//! processes for shared memory: (device, inode, file offset) of a shared mapping.
+
+/// One line of /proc/PID/maps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Vma {
+    pub start: u64,
+    pub end: u64,
+    pub read: bool,
+    pub write: bool,
+    pub exec: bool,
+    pub shared: bool,
+    pub offset: u64,
+    pub dev: u64,
+    pub inode: u64,
+    pub path: String,
+}
+
+/// Parses the text of a maps file; malformed lines are skipped (the file is the kernel's).
+pub fn parse(text: &str) -> Vec<Vma> {
+    let mut out: Vec<Vma> = text.lines().filter_map(parse_line).collect();
+    out.sort_by_key(|v| v.start);
+    out
+}
+
+fn parse_line(line: &str) -> Option<Vma> {
+    let mut f = line.split_ascii_whitespace();
+    let (s, e) = f.next()?.split_once('-')?;
+    let perms = f.next()?.as_bytes();
+    let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+    let (maj, min) = f.next()?.split_once(':')?;
+    let inode = f.next()?.parse().ok()?;
+    let path = f.collect::<Vec<_>>().join(" ");
+    if perms.len() < 4 {
+        return None;
+    }
+    Some(Vma {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        read: perms[0] == b'r',
+        write: perms[1] == b'w',
+        exec: perms[2] == b'x',
+        shared: perms[3] == b's',
+        offset,
+        dev: (u64::from_str_radix(maj, 16).ok()? << 32) | u64::from_str_radix(min, 16).ok()?,
+        inode,
+        path,
+    })
+}
+
+/// Reads /proc/PID/maps; None if the process is gone or unreadable.
+pub fn read(pid: u32) -> Option<Vec<Vma>> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .ok()
+        .map(|t| parse(&t))
+}
+
+/// The mapping holding `addr` in a sorted list.
+pub fn find(vmas: &[Vma], addr: u64) -> Option<&Vma> {
+    let i = vmas.partition_point(|v| v.end <= addr);
+    vmas.get(i).filter(|v| v.start <= addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+55d0c0a00000-55d0c0a21000 r-xp 00000000 fd:01 1311 /usr/bin/prog
+7f0000000000-7f0000100000 rw-s 00000000 00:01 4242 /dev/zero (deleted)
+7f0000200000-7f0000300000 rw-p 00000000 00:00 0
+7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0 [stack]
+garbage line
+";
+
+    #[test]
+    fn parses_and_finds() {
+        let v = parse(SAMPLE);
+        assert_eq!(v.len(), 4);
+        let shm = find(&v, 0x7f0000000fff).expect("in the shared mapping");
+        assert!(shm.shared && shm.write && !shm.exec);
+        assert_eq!((shm.dev, shm.inode), (1, 4242));
+        assert_eq!(shm.path, "/dev/zero (deleted)");
+        assert!(find(&v, 0x7f0000100000).is_none(), "end is exclusive");
+        assert_eq!(find(&v, 0x55d0c0a00000).map(|x| x.exec), Some(true));
+        assert!(find(&v, 0).is_none());
+        assert_eq!(
+            find(&v, 0x7ffc00000010).map(|x| x.path.as_str()),
+            Some("[stack]")
+        );
+    }
+
+    #[test]
+    fn reads_own_maps() {
+        let v = read(std::process::id()).expect("own maps");
+        let here = &v as *const _ as u64;
+        assert!(find(&v, here).is_some(), "a stack address is mapped");
+    }
+}

@@ -1,0 +1,162 @@
+//! The shared-memory ring through which the preloaded agent reports to the detector.
+//!
+//! One file per target process, `agent-<pid>.ring` in the session's private directory
+//! (mode 0700, file 0600): a header with counters and a single-producer single-consumer
+//! ring of [`Record`]s. The agent (producer) writes records then publishes `head`
+//! (release); the detector reads up to `head` (acquire) and publishes `tail`. When the ring
+//! is full the agent drops the record and counts it in `dropped`: it never waits.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
+pub const VERSION: u32 = 1;
+/// Records per ring (power of two).
+pub const CAPACITY: u32 = 1 << 15;
+
+/// Why private (non-shared) memory is or is not being re-armed.
+pub mod private_mode {
+    pub const OFF: u32 = 0;
+    /// userfaultfd write-protect is active.
+    pub const UFFD_WP: u32 = 1;
+    /// The program uses userfaultfd itself; the agent stepped back.
+    pub const YIELDED_TO_PROGRAM: u32 = 2;
+    /// userfaultfd is unavailable (errno in `private_errno`).
+    pub const UNAVAILABLE: u32 = 3;
+}
+
+#[repr(C)]
+pub struct Header {
+    pub magic: u64,
+    pub version: u32,
+    pub capacity: u32,
+    pub pid: u32,
+    pub helper_tid: AtomicU32,
+    pub head: AtomicU64,
+    pub tail: AtomicU64,
+    pub dropped: AtomicU64,
+    /// Pages of shared mappings whose PTEs were dropped (MADV_DONTNEED).
+    pub rearmed_shared: AtomicU64,
+    /// Pages of private anonymous memory write-protected (userfaultfd).
+    pub rearmed_private: AtomicU64,
+    /// Write-protect faults the agent resolved.
+    pub handled: AtomicU64,
+    /// Pages eligible for re-arming at the last scan of /proc/self/maps.
+    pub candidate_pages: AtomicU64,
+    /// Re-arm or resolve calls that failed (the page is then left alone).
+    pub errors: AtomicU64,
+    pub private_mode: AtomicU32,
+    pub private_errno: AtomicU32,
+    /// Helper ticks so far (a liveness sign).
+    pub ticks: AtomicU64,
+}
+
+/// A fault the agent resolved itself: task `tid` wrote `addr` at `time` (CLOCK_MONOTONIC ns).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C)]
+pub struct Record {
+    pub time: u64,
+    pub addr: u64,
+    pub tid: u32,
+    pub kind: u32,
+}
+
+/// Record kinds.
+pub const KIND_WRITE_FAULT: u32 = 1;
+
+/// Size of the ring file in bytes.
+pub const fn file_size() -> usize {
+    std::mem::size_of::<Header>().next_multiple_of(64)
+        + CAPACITY as usize * std::mem::size_of::<Record>()
+}
+
+/// A view of a mapped ring file (either side).
+pub struct RingView {
+    base: *mut u8,
+}
+
+// SAFETY: all shared fields are atomics; records are written before `head` is published.
+unsafe impl Send for RingView {}
+
+impl RingView {
+    /// # Safety
+    /// `base` must point at a mapping of at least [`file_size`] bytes that stays mapped.
+    pub unsafe fn new(base: *mut u8) -> RingView {
+        RingView { base }
+    }
+
+    pub fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header (see `new`).
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    fn slot(&self, i: u64) -> *mut Record {
+        let off = std::mem::size_of::<Header>().next_multiple_of(64);
+        // SAFETY: i is reduced modulo CAPACITY, inside the mapping.
+        unsafe { (self.base.add(off) as *mut Record).add((i % CAPACITY as u64) as usize) }
+    }
+
+    /// Producer: appends, or counts a drop when full. Never blocks, never allocates.
+    pub fn push(&self, r: Record) {
+        let h = self.header();
+        let head = h.head.load(Ordering::Relaxed);
+        if head - h.tail.load(Ordering::Acquire) >= CAPACITY as u64 {
+            h.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // SAFETY: the slot is outside the consumer's window until head moves.
+        unsafe { std::ptr::write_volatile(self.slot(head), r) };
+        h.head.store(head + 1, Ordering::Release);
+    }
+
+    /// Consumer: hands every published record to `f`.
+    pub fn drain(&self, mut f: impl FnMut(Record)) -> u64 {
+        let h = self.header();
+        let head = h.head.load(Ordering::Acquire);
+        let mut tail = h.tail.load(Ordering::Relaxed);
+        // A corrupt head (the target scribbled on it) must not make us loop for long.
+        if head < tail || head - tail > CAPACITY as u64 {
+            h.tail.store(head, Ordering::Release);
+            return 0;
+        }
+        let n = head - tail;
+        while tail < head {
+            // SAFETY: published slots are complete (release/acquire on head).
+            f(unsafe { std::ptr::read_volatile(self.slot(tail)) });
+            tail += 1;
+        }
+        h.tail.store(tail, Ordering::Release);
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_drain_and_drop_when_full() {
+        let mut mem = vec![0u64; file_size() / 8 + 1];
+        let v = unsafe { RingView::new(mem.as_mut_ptr() as *mut u8) };
+        for i in 0..CAPACITY as u64 + 5 {
+            v.push(Record {
+                time: i,
+                addr: i * 4096,
+                tid: 7,
+                kind: KIND_WRITE_FAULT,
+            });
+        }
+        assert_eq!(v.header().dropped.load(Ordering::Relaxed), 5);
+        let mut got = Vec::new();
+        assert_eq!(v.drain(|r| got.push(r.time)), CAPACITY as u64);
+        assert_eq!(got.len(), CAPACITY as usize);
+        assert_eq!(got[0], 0);
+        assert_eq!(*got.last().unwrap(), CAPACITY as u64 - 1);
+        v.push(Record {
+            time: 99,
+            ..Record::default()
+        });
+        let mut again = Vec::new();
+        v.drain(|r| again.push(r.time));
+        assert_eq!(again, vec![99], "wraps around after a drain");
+    }
+}

@@ -1,0 +1,948 @@
+//! A detection session on one target: spawn or attach, poll events, read the matrix.
+
+use crate::perf::{self, PerfSource, Record};
+use crate::procmaps::{self, Vma};
+use crate::ring::{self, RingView};
+use crate::sharers::{mix, SharerTable};
+use matrix::CommMatrix;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What to watch.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// Run this program (searched in PATH when it has no '/') with these arguments.
+    Spawn {
+        program: OsString,
+        args: Vec<OsString>,
+    },
+    /// Watch a running process and the threads/children it creates from now on.
+    Attach(i32),
+}
+
+/// Whether a row of the matrix is a thread or a whole process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Granularity {
+    Thread,
+    Process,
+}
+
+/// The in-process agent (LD_PRELOAD) that makes pages fault again.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// Path of libhuddle_agent.so.
+    pub library: PathBuf,
+    /// Fraction of eligible pages re-armed per second (CDSM: 0.01).
+    pub rearm_rate: f64,
+    /// Re-armed pages per second at least (small programs have few pages).
+    pub rearm_floor: u32,
+    /// Helper wake-up period (CDSM: 10 ms).
+    pub interval_ms: u32,
+    /// Also re-arm private anonymous memory (userfaultfd write-protect; sees writes only).
+    pub private_memory: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes per memory block (power of two; CDSM: 256).
+    pub block_size: u64,
+    /// Sharer-table slots (power of two; 24 bytes each).
+    pub table_slots: usize,
+    /// Data pages per CPU ring buffer (power of two).
+    pub ring_pages: usize,
+    pub granularity: Granularity,
+    /// None: first-touch faults only.
+    pub agent: Option<AgentConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            block_size: 256,
+            table_slots: 1 << 20,
+            ring_pages: 256,
+            granularity: Granularity::Thread,
+            agent: None,
+        }
+    }
+}
+
+/// Why a session could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DetectError {
+    #[error("{0}: command not found")]
+    CommandNotFound(String),
+    #[error("{program}: cannot execute: {err}")]
+    Exec {
+        program: String,
+        err: std::io::Error,
+    },
+    #[error("block size {0} is not a power of two between 8 and 1048576")]
+    BlockSize(u64),
+    #[error(
+        "agent library {0} not found (build it with `cargo build -p agent` or set HUDDLE_AGENT)"
+    )]
+    AgentMissing(PathBuf),
+    #[error("process {0} does not exist or cannot be read")]
+    NoSuchProcess(i32),
+    #[error(
+        "no event source works: {perf}; and no agent is loaded to report faults itself \
+         (attach cannot preload it)"
+    )]
+    NoSource { perf: String },
+    #[error("{what}: {err}")]
+    Io { what: String, err: std::io::Error },
+}
+
+/// One task of the target: a thread (or a process at process granularity).
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskInfo {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    /// Milliseconds after the session started.
+    pub first_seen_ms: f64,
+    pub exited: bool,
+    /// The agent's own helper thread: listed, never part of the matrix.
+    pub agent: bool,
+}
+
+/// Counters for the manager and the report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    pub elapsed_s: f64,
+    /// Fault events fed to the sharer table.
+    pub faults: u64,
+    /// Communication events (matrix increments, each pair counted once).
+    pub comm_events: u64,
+    pub faults_per_s: f64,
+    /// Records the kernel dropped (PERF_RECORD_LOST).
+    pub perf_lost: u64,
+    /// Agent records dropped because its ring was full.
+    pub agent_dropped: u64,
+    pub table_bytes: usize,
+    pub table_slots: usize,
+    pub table_evictions: u64,
+    pub rearmed_shared: u64,
+    pub rearmed_private: u64,
+    pub agent_handled: u64,
+    pub agent_errors: u64,
+    pub candidate_pages: u64,
+    pub agents: usize,
+}
+
+/// Which sources run, and why others do not.
+#[derive(Clone, Debug, Serialize)]
+pub struct SourceStatus {
+    pub name: String,
+    pub active: bool,
+    pub note: String,
+}
+
+/// How the spawned target ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetExit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl TargetExit {
+    /// The status a shell would report: the code, or 128 + signal.
+    pub fn shell_status(self) -> i32 {
+        match self {
+            TargetExit::Code(c) => c,
+            TargetExit::Signal(s) => 128 + s,
+        }
+    }
+}
+
+struct AgentRing {
+    view: RingView,
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Drop for AgentRing {
+    fn drop(&mut self) {
+        // SAFETY: base/len come from our mmap.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// A running detection. See the crate documentation for the calling pattern.
+pub struct Session {
+    pid: i32,
+    spawned: bool,
+    exit: Option<TargetExit>,
+    started: Instant,
+    t0_ns: u64,
+    shift: u32,
+    granularity: Granularity,
+    perf: Option<PerfSource>,
+    dir: Option<PathBuf>,
+    rings: HashMap<PathBuf, AgentRing>,
+    table: SharerTable,
+    tasks: Vec<TaskInfo>,
+    index: HashMap<u32, usize>,
+    counts: Vec<Vec<u64>>,
+    maps: HashMap<u32, (u64, Option<Vec<Vma>>)>,
+    generation: u64,
+    faults: u64,
+    comm_events: u64,
+    agent_faults_seen: u64,
+    sources: Vec<SourceStatus>,
+    batch: Vec<(u64, Record)>,
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Finds `program` the way execvp would: as given if it has a '/', else in PATH.
+pub fn resolve_program(program: &OsString) -> Option<PathBuf> {
+    let p = Path::new(program);
+    let runnable = |c: &Path| {
+        let Ok(cs) = CString::new(c.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: cs is a valid C string.
+        c.is_file() && unsafe { libc::access(cs.as_ptr(), libc::X_OK) } == 0
+    };
+    if program.as_bytes().contains(&b'/') {
+        return p.exists().then(|| p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| runnable(c))
+}
+
+fn cstr(s: &[u8], what: &str) -> Result<CString, DetectError> {
+    CString::new(s).map_err(|_| DetectError::Io {
+        what: what.to_string(),
+        err: std::io::Error::new(std::io::ErrorKind::InvalidInput, "contains a NUL byte"),
+    })
+}
+
+/// A private directory (0700) for the agent's ring files.
+fn private_dir() -> Result<PathBuf, DetectError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    for i in 0..100u32 {
+        let d = base.join(format!(
+            "huddle-detect-{}-{}-{i}",
+            std::process::id(),
+            monotonic_ns() % 1_000_000
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(err) => {
+                return Err(DetectError::Io {
+                    what: format!("creating {}", d.display()),
+                    err,
+                })
+            }
+        }
+    }
+    Err(DetectError::Io {
+        what: format!("creating a private directory in {}", base.display()),
+        err: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+    })
+}
+
+impl Session {
+    /// Starts detection. For `Spawn`, the program is forked, held before exec while the
+    /// perf events are opened on it, then exec'd with the agent preloaded (if configured).
+    pub fn start(target: Target, cfg: &Config) -> Result<Session, DetectError> {
+        if !cfg.block_size.is_power_of_two() || !(8..=1 << 20).contains(&cfg.block_size) {
+            return Err(DetectError::BlockSize(cfg.block_size));
+        }
+        let mut s = Session {
+            pid: 0,
+            spawned: false,
+            exit: None,
+            started: Instant::now(),
+            t0_ns: monotonic_ns(),
+            shift: cfg.block_size.trailing_zeros(),
+            granularity: cfg.granularity,
+            perf: None,
+            dir: None,
+            rings: HashMap::new(),
+            table: SharerTable::new(cfg.table_slots),
+            tasks: Vec::new(),
+            index: HashMap::new(),
+            counts: Vec::new(),
+            maps: HashMap::new(),
+            generation: 0,
+            faults: 0,
+            comm_events: 0,
+            agent_faults_seen: 0,
+            sources: Vec::new(),
+            batch: Vec::new(),
+        };
+        s.sources.push(SourceStatus {
+            name: "hardware memory sampling (PEBS/IBS)".into(),
+            active: false,
+            note: hw_sampling_note(),
+        });
+        match target {
+            Target::Spawn { program, args } => s.spawn(program, args, cfg)?,
+            Target::Attach(pid) => s.attach(pid, cfg)?,
+        }
+        Ok(s)
+    }
+
+    fn spawn(
+        &mut self,
+        program: OsString,
+        args: Vec<OsString>,
+        cfg: &Config,
+    ) -> Result<(), DetectError> {
+        let name = program.to_string_lossy().into_owned();
+        let path =
+            resolve_program(&program).ok_or_else(|| DetectError::CommandNotFound(name.clone()))?;
+        let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        if let Some(a) = &cfg.agent {
+            if !a.library.is_file() {
+                return Err(DetectError::AgentMissing(a.library.clone()));
+            }
+            let dir = private_dir()?;
+            let pre = match std::env::var_os("LD_PRELOAD") {
+                Some(old) if !old.is_empty() => {
+                    let mut v = a.library.clone().into_os_string();
+                    v.push(" ");
+                    v.push(old);
+                    v
+                }
+                _ => a.library.clone().into_os_string(),
+            };
+            env.retain(|(k, _)| k != "LD_PRELOAD" && !k.as_bytes().starts_with(b"HUDDLE_AGENT_"));
+            env.push(("LD_PRELOAD".into(), pre));
+            env.push(("HUDDLE_AGENT_DIR".into(), dir.clone().into_os_string()));
+            env.push(("HUDDLE_AGENT_RATE".into(), a.rearm_rate.to_string().into()));
+            env.push((
+                "HUDDLE_AGENT_FLOOR".into(),
+                a.rearm_floor.to_string().into(),
+            ));
+            env.push((
+                "HUDDLE_AGENT_INTERVAL_MS".into(),
+                a.interval_ms.to_string().into(),
+            ));
+            env.push((
+                "HUDDLE_AGENT_PRIVATE".into(),
+                if a.private_memory { "1" } else { "0" }.into(),
+            ));
+            self.dir = Some(dir);
+        }
+        // Everything the child needs is built before fork: it may only make system calls.
+        let cpath = cstr(path.as_os_str().as_bytes(), "program path")?;
+        let mut argv_c = vec![cstr(program.as_bytes(), "program")?];
+        for a in &args {
+            argv_c.push(cstr(a.as_bytes(), "argument")?);
+        }
+        let envp_c: Vec<CString> = env
+            .iter()
+            .filter_map(|(k, v)| {
+                let mut b = k.as_bytes().to_vec();
+                b.push(b'=');
+                b.extend_from_slice(v.as_bytes());
+                CString::new(b).ok()
+            })
+            .collect();
+        let mut argv: Vec<*const libc::c_char> = argv_c.iter().map(|c| c.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut envp: Vec<*const libc::c_char> = envp_c.iter().map(|c| c.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        let (mut go, mut err) = ([0i32; 2], [0i32; 2]);
+        // SAFETY: plain pipe creation into valid arrays.
+        if unsafe { libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+            || unsafe { libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+        {
+            return Err(DetectError::Io {
+                what: "pipe".into(),
+                err: std::io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: the child only calls async-signal-safe functions (read, execve, write, _exit).
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(DetectError::Io {
+                what: "fork".into(),
+                err: std::io::Error::last_os_error(),
+            });
+        }
+        if pid == 0 {
+            unsafe {
+                libc::close(go[1]);
+                libc::close(err[0]);
+                let mut b = [0u8; 1];
+                // Wait until the parent has opened the events; EOF means it gave up.
+                if libc::read(go[0], b.as_mut_ptr() as *mut libc::c_void, 1) != 1 {
+                    libc::_exit(127);
+                }
+                libc::execve(cpath.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                let e = *libc::__errno_location();
+                libc::write(err[1], &e as *const i32 as *const libc::c_void, 4);
+                libc::_exit(127);
+            }
+        }
+        unsafe {
+            libc::close(go[0]);
+            libc::close(err[1]);
+        }
+        self.pid = pid;
+        self.spawned = true;
+        match PerfSource::open(&[pid], true, cfg.ring_pages) {
+            Ok(p) => {
+                self.sources.push(perf_status(&p, true));
+                self.perf = Some(p);
+            }
+            Err(e) => {
+                self.sources.push(SourceStatus {
+                    name: "perf page faults".into(),
+                    active: false,
+                    note: e.to_string(),
+                });
+                if cfg.agent.is_none() {
+                    unsafe {
+                        libc::close(go[1]);
+                        libc::close(err[0]);
+                        libc::waitpid(pid, std::ptr::null_mut(), 0);
+                    }
+                    return Err(DetectError::NoSource {
+                        perf: e.to_string(),
+                    });
+                }
+            }
+        }
+        if let Some(a) = &cfg.agent {
+            self.sources.push(SourceStatus {
+                name: "agent (extra faults)".into(),
+                active: true,
+                note: format!(
+                    "{} preloaded: re-arms max({:.2}% of eligible pages, {} pages)/s every {} ms; shared \
+                     mappings by dropping PTEs (reads and writes fault), private anonymous memory \
+                     {}{}",
+                    a.library.display(),
+                    a.rearm_rate * 100.0,
+                    a.rearm_floor,
+                    a.interval_ms,
+                    if a.private_memory {
+                        "by userfaultfd write-protect (writes fault, reads do not)"
+                    } else {
+                        "not at all (disabled)"
+                    },
+                    if self.perf.is_none() {
+                        "; its own fault reports are the only event source"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        // SAFETY: writing one byte to our pipe, then reading the exec-error pipe.
+        let mut e = [0u8; 4];
+        let got = unsafe {
+            libc::write(go[1], b"g".as_ptr() as *const libc::c_void, 1);
+            libc::close(go[1]);
+            let n = libc::read(err[0], e.as_mut_ptr() as *mut libc::c_void, 4);
+            libc::close(err[0]);
+            n
+        };
+        if got == 4 {
+            let code = i32::from_ne_bytes(e);
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            let err = std::io::Error::from_raw_os_error(code);
+            return Err(if code == libc::ENOENT {
+                DetectError::CommandNotFound(name)
+            } else {
+                DetectError::Exec { program: name, err }
+            });
+        }
+        self.register(pid as u32, pid as u32, self.t0_ns);
+        Ok(())
+    }
+
+    fn attach(&mut self, pid: i32, cfg: &Config) -> Result<(), DetectError> {
+        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map_err(|_| DetectError::NoSuchProcess(pid))?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        if tids.is_empty() {
+            return Err(DetectError::NoSuchProcess(pid));
+        }
+        self.pid = pid;
+        let p =
+            PerfSource::open(&tids, false, cfg.ring_pages).map_err(|e| DetectError::NoSource {
+                perf: e.to_string(),
+            })?;
+        self.sources.push(perf_status(&p, false));
+        self.perf = Some(p);
+        self.sources.push(SourceStatus {
+            name: "agent (extra faults)".into(),
+            active: false,
+            note: "not loaded: attach cannot preload it, so only first-touch faults are seen"
+                .into(),
+        });
+        for t in tids {
+            self.register(pid as u32, t as u32, self.t0_ns);
+        }
+        Ok(())
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn sources(&self) -> &[SourceStatus] {
+        &self.sources
+    }
+
+    /// Waits up to `timeout` for a ring buffer to pass its watermark (or the target to exit).
+    pub fn wait(&self, timeout: Duration) {
+        let fds = self.perf.as_ref().map(|p| p.fds()).unwrap_or_default();
+        if fds.is_empty() {
+            std::thread::sleep(timeout);
+            return;
+        }
+        let mut pfds: Vec<libc::pollfd> = fds
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: pfds is a valid array of pollfd.
+        let r = unsafe {
+            libc::poll(
+                pfds.as_mut_ptr(),
+                pfds.len() as libc::nfds_t,
+                timeout.as_millis() as i32,
+            )
+        };
+        // POLLHUP stays set once tasks exited; do not spin on it.
+        if r > 0 && pfds.iter().all(|p| p.revents & libc::POLLIN == 0) {
+            std::thread::sleep(timeout.min(Duration::from_millis(10)));
+        }
+    }
+
+    /// Checks (without blocking) whether the target ended; for a spawned target this reaps it.
+    pub fn try_wait(&mut self) -> Option<TargetExit> {
+        if self.exit.is_some() {
+            return self.exit;
+        }
+        if self.spawned {
+            let mut st = 0;
+            // SAFETY: waitpid on our own child.
+            if unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) } == self.pid {
+                self.exit = Some(if libc::WIFSIGNALED(st) {
+                    TargetExit::Signal(libc::WTERMSIG(st))
+                } else {
+                    TargetExit::Code(libc::WEXITSTATUS(st))
+                });
+            }
+        } else if unsafe { libc::kill(self.pid, 0) } != 0 {
+            self.exit = Some(TargetExit::Code(0));
+        }
+        self.exit
+    }
+
+    /// Sends `sig` to the target (for forwarding SIGINT/SIGTERM).
+    pub fn signal(&self, sig: i32) {
+        if self.exit.is_none() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(self.pid, sig) };
+        }
+    }
+
+    /// Reads every pending event from every source and updates the matrix; returns the
+    /// number of fault events processed. Cheap when nothing happened.
+    pub fn poll(&mut self) -> u64 {
+        self.generation += 1;
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        if let Some(p) = self.perf.as_mut() {
+            p.drain(|r| {
+                let t = match &r {
+                    Record::Fault { time, .. }
+                    | Record::Fork { time, .. }
+                    | Record::Exit { time, .. } => *time,
+                    _ => 0,
+                };
+                batch.push((t, r));
+            });
+        }
+        self.scan_rings();
+        let use_agent_faults = self.perf.is_none();
+        let mut agent_seen = 0;
+        for r in self.rings.values() {
+            let pid = r.view.header().pid;
+            r.view.drain(|rec| {
+                agent_seen += 1;
+                if use_agent_faults {
+                    batch.push((
+                        rec.time,
+                        Record::Fault {
+                            pid,
+                            tid: rec.tid,
+                            time: rec.time,
+                            addr: rec.addr,
+                            cpu: 0,
+                        },
+                    ));
+                }
+            });
+        }
+        self.agent_faults_seen += agent_seen;
+        // Per-CPU rings interleave in time; the sharer lists want the true order.
+        batch.sort_by_key(|(t, _)| *t);
+        let mut n = 0;
+        for (_, r) in batch.drain(..) {
+            match r {
+                Record::Fault {
+                    pid,
+                    tid,
+                    time,
+                    addr,
+                    ..
+                } => {
+                    if self.fault(pid, tid, time, addr) {
+                        n += 1;
+                    }
+                }
+                Record::Fork { pid, tid, time } => {
+                    self.register(pid, tid, time);
+                }
+                Record::Exit { pid, tid, .. } => {
+                    let key = if self.granularity == Granularity::Thread {
+                        tid
+                    } else {
+                        pid
+                    };
+                    if let Some(&i) = self.index.get(&key) {
+                        if self.granularity == Granularity::Thread || pid == tid {
+                            self.tasks[i].exited = true;
+                        }
+                    }
+                }
+                Record::Comm { pid, tid, comm } => {
+                    let i = self.register(pid, tid, monotonic_ns());
+                    if self.granularity == Granularity::Thread || pid == tid {
+                        if comm == "huddle-agent" {
+                            self.tasks[i].agent = true;
+                        } else if !self.tasks[i].agent {
+                            self.tasks[i].comm = comm;
+                        }
+                    }
+                }
+                Record::Lost { .. } => {}
+            }
+        }
+        self.batch = batch;
+        n
+    }
+
+    fn scan_rings(&mut self) {
+        let Some(dir) = &self.dir else { return };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if self.rings.contains_key(&path) || path.extension().is_none_or(|x| x != "ring") {
+                continue;
+            }
+            if let Some(r) = map_ring(&path) {
+                self.rings.insert(path, r);
+            }
+        }
+    }
+
+    /// Index of task (pid, tid), registering it if new.
+    fn register(&mut self, pid: u32, tid: u32, time: u64) -> usize {
+        let key = if self.granularity == Granularity::Thread {
+            tid
+        } else {
+            pid
+        };
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        let comm_path = if self.granularity == Granularity::Thread {
+            format!("/proc/{pid}/task/{tid}/comm")
+        } else {
+            format!("/proc/{pid}/comm")
+        };
+        let comm = std::fs::read_to_string(comm_path)
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_else(|_| "?".into());
+        let i = self.tasks.len();
+        self.tasks.push(TaskInfo {
+            tid: key,
+            pid,
+            agent: comm == "huddle-agent",
+            comm,
+            first_seen_ms: time.saturating_sub(self.t0_ns) as f64 / 1e6,
+            exited: false,
+        });
+        self.index.insert(key, i);
+        self.counts.push(Vec::new());
+        i
+    }
+
+    /// The sharer-table key of a faulting address: shared mappings by (device, inode,
+    /// offset) so that processes meet; everything else by (process, virtual address).
+    fn key(&mut self, pid: u32, addr: u64) -> u64 {
+        let gen = self.generation;
+        let entry = self.maps.entry(pid).or_insert((0, None));
+        if entry.0 != gen {
+            *entry = (gen, procmaps::read(pid));
+        }
+        if let Some(v) = entry.1.as_deref().and_then(|v| procmaps::find(v, addr)) {
+            if v.shared {
+                let off = v.offset + (addr - v.start);
+                return mix(mix(v.dev ^ 0x5348_4152_4544) ^ v.inode) ^ (off >> self.shift);
+            }
+        }
+        mix(pid as u64 ^ 0x5052_4956) ^ (addr >> self.shift)
+    }
+
+    fn fault(&mut self, pid: u32, tid: u32, time: u64, addr: u64) -> bool {
+        let t = self.register(pid, tid, time);
+        if self.tasks[t].agent || addr == 0 {
+            return false;
+        }
+        self.faults += 1;
+        let key = self.key(pid, addr);
+        let t32 = t as u32;
+        let counts = &mut self.counts;
+        let mut events = 0;
+        self.table.record(key, t32, |q| {
+            let q = q as usize;
+            for (a, b) in [(t, q), (q, t)] {
+                let row = &mut counts[a];
+                if row.len() <= b {
+                    row.resize(b + 1, 0);
+                }
+                row[b] += 1;
+            }
+            events += 1;
+        });
+        self.comm_events += events;
+        true
+    }
+
+    /// Every task seen so far, in order of appearance (index = matrix row).
+    pub fn tasks(&self) -> Vec<TaskInfo> {
+        self.tasks.clone()
+    }
+
+    /// The symmetric matrix over all tasks (agent helpers included as zero rows; use
+    /// [`Session::matrix_of`] to choose rows).
+    pub fn matrix(&self) -> CommMatrix {
+        let all: Vec<usize> = (0..self.tasks.len()).collect();
+        self.matrix_of(&all)
+    }
+
+    /// The matrix restricted to the given task indexes, in that order.
+    pub fn matrix_of(&self, rows: &[usize]) -> CommMatrix {
+        let mut m = CommMatrix::zeros(rows.len());
+        for (i, &a) in rows.iter().enumerate() {
+            for (j, &b) in rows.iter().enumerate() {
+                let v = self
+                    .counts
+                    .get(a)
+                    .and_then(|r| r.get(b))
+                    .copied()
+                    .unwrap_or(0);
+                m.set(i, j, v as f64);
+            }
+        }
+        m
+    }
+
+    /// Total communication of each task (row sums).
+    pub fn task_totals(&self) -> Vec<u64> {
+        (0..self.tasks.len())
+            .map(|i| self.counts.get(i).map(|r| r.iter().sum()).unwrap_or(0))
+            .collect()
+    }
+
+    /// The tasks worth mapping: not agent helpers, and, when anything communicated, with at
+    /// least `min_share` of the median task's communication (a launcher thread that only
+    /// initialised memory drops out; a master that talks to everyone stays). With no
+    /// communication at all every task is kept: a silent program yields an honest zero matrix.
+    pub fn active_tasks(&self, min_share: f64) -> Vec<usize> {
+        let totals = self.task_totals();
+        let cand: Vec<usize> = (0..self.tasks.len())
+            .filter(|&i| !self.tasks[i].agent)
+            .collect();
+        let mut sorted: Vec<u64> = cand.iter().map(|&i| totals[i]).collect();
+        sorted.sort_unstable();
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0);
+        if median == 0 {
+            return cand;
+        }
+        cand.into_iter()
+            .filter(|&i| totals[i] as f64 >= min_share * median as f64)
+            .collect()
+    }
+
+    /// CDSM aging after a migration: M -= M >> 2.
+    pub fn age(&mut self) {
+        for row in &mut self.counts {
+            for v in row.iter_mut() {
+                *v -= *v >> 2;
+            }
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let mut s = Stats {
+            elapsed_s: elapsed,
+            faults: self.faults,
+            comm_events: self.comm_events,
+            faults_per_s: self.faults as f64 / elapsed.max(1e-9),
+            perf_lost: self.perf.as_ref().map_or(0, |p| p.lost),
+            table_bytes: self.table.memory_bytes(),
+            table_slots: self.table.slots(),
+            table_evictions: self.table.evictions,
+            agents: self.rings.len(),
+            ..Stats::default()
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        for r in self.rings.values() {
+            let h = r.view.header();
+            s.agent_dropped += h.dropped.load(Relaxed);
+            s.rearmed_shared += h.rearmed_shared.load(Relaxed);
+            s.rearmed_private += h.rearmed_private.load(Relaxed);
+            s.agent_handled += h.handled.load(Relaxed);
+            s.agent_errors += h.errors.load(Relaxed);
+            s.candidate_pages += h.candidate_pages.load(Relaxed);
+        }
+        s
+    }
+
+    /// Per-process notes from the agents (private-memory mode and why).
+    pub fn agent_notes(&self) -> Vec<String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut v: Vec<String> = self
+            .rings
+            .values()
+            .map(|r| {
+                let h = r.view.header();
+                let mode = match h.private_mode.load(Relaxed) {
+                    ring::private_mode::UFFD_WP => {
+                        "private memory: userfaultfd write-protect".to_string()
+                    }
+                    ring::private_mode::YIELDED_TO_PROGRAM => {
+                        "private memory: not re-armed, the program uses userfaultfd itself"
+                            .to_string()
+                    }
+                    ring::private_mode::UNAVAILABLE => format!(
+                        "private memory: not re-armed, userfaultfd unavailable ({})",
+                        std::io::Error::from_raw_os_error(h.private_errno.load(Relaxed) as i32)
+                    ),
+                    _ => "private memory: not re-armed (disabled)".to_string(),
+                };
+                format!("pid {}: {mode}", h.pid)
+            })
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.rings.clear();
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn map_ring(path: &Path) -> Option<AgentRing> {
+    use std::os::unix::fs::MetadataExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    // Only rings of our own user, complete and of the size we expect.
+    // SAFETY: geteuid has no preconditions.
+    if meta.uid() != unsafe { libc::geteuid() } || meta.len() < ring::file_size() as u64 {
+        return None;
+    }
+    let len = ring::file_size();
+    use std::os::fd::AsRawFd;
+    // SAFETY: mapping a regular file of at least `len` bytes, shared.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the mapping is `len` bytes and lives as long as AgentRing.
+    let view = unsafe { RingView::new(base as *mut u8) };
+    let ok = view.header().magic == ring::MAGIC && view.header().version == ring::VERSION;
+    let r = AgentRing { view, base, len };
+    ok.then_some(r)
+}
+
+fn perf_status(p: &PerfSource, spawn: bool) -> SourceStatus {
+    SourceStatus {
+        name: "perf page faults".into(),
+        active: true,
+        note: format!(
+            "PERF_COUNT_SW_PAGE_FAULTS, period 1, per-CPU rings, inherited{}{}",
+            if spawn { ", enabled at exec" } else { "" },
+            if p.exclude_kernel {
+                format!(
+                    "; user-mode faults only (kernel.perf_event_paranoid = {}, not CAP_PERFMON)",
+                    perf::paranoid_level()
+                )
+            } else {
+                "; user and kernel-mode faults".into()
+            }
+        ),
+    }
+}
+
+/// Whether a PMU with memory sampling exists; here it is only reported, not used.
+fn hw_sampling_note() -> String {
+    let pmu = Path::new("/sys/bus/event_source/devices/cpu");
+    let ibs = Path::new("/sys/bus/event_source/devices/ibs_op");
+    if ibs.exists() {
+        "AMD IBS present; not used by this version (page faults only)".into()
+    } else if pmu.join("events/mem-loads").exists() {
+        "Intel PEBS memory sampling present; not used by this version (page faults only)".into()
+    } else {
+        "skipped: no hardware PMU with memory sampling on this machine".into()
+    }
+}

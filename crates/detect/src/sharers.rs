@@ -1,0 +1,202 @@
+//! The sharer table: for each memory block, the tasks that faulted on it most recently.
+//!
+//! Fixed size, lossy, O(1) per event. `slots` entries (a power of two), each holding a
+//! block key and the last [`WAYS`] accessors in FIFO order (newest first, duplicates
+//! allowed, as in CDSM, so that a task that stopped using a block ages out after four
+//! newer faults). Memory: `slots * size_of::<Slot>()` bytes (24 B per slot), allocated once.
+//!
+//! Collision policy: direct-mapped. A block whose slot holds another block's key takes the
+//! slot over and starts with an empty list (the old block's history is dropped, counted
+//! in `evictions`). A lost history can only hide communication, never invent it.
+
+/// Accessors remembered per block.
+pub const WAYS: usize = 4;
+const EMPTY: u32 = u32::MAX;
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    key: u64,
+    tasks: [u32; WAYS],
+}
+
+pub struct SharerTable {
+    slots: Vec<Slot>,
+    mask: u64,
+    /// Slots taken over from a different block.
+    pub evictions: u64,
+    /// Faults recorded.
+    pub faults: u64,
+}
+
+/// A 64-bit mix (splitmix64 finaliser) so that neighbouring blocks spread over the table.
+pub fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl SharerTable {
+    /// A table of `slots` entries, rounded up to a power of two (at least 1).
+    pub fn new(slots: usize) -> SharerTable {
+        let n = slots.max(1).next_power_of_two();
+        SharerTable {
+            slots: vec![
+                Slot {
+                    key: 0,
+                    tasks: [EMPTY; WAYS],
+                };
+                n
+            ],
+            mask: n as u64 - 1,
+            evictions: 0,
+            faults: 0,
+        }
+    }
+
+    /// Bytes the table occupies (the bound; it never grows).
+    pub fn memory_bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<Slot>()
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Records a fault by `task` on the block with key `key`; calls `partner(q)` once for
+    /// every distinct other task `q` in the block's list (a communication event t <-> q),
+    /// then puts `task` at the front of the list, dropping the oldest entry if full.
+    pub fn record(&mut self, key: u64, task: u32, mut partner: impl FnMut(u32)) {
+        self.faults += 1;
+        let slot = &mut self.slots[(mix(key) & self.mask) as usize];
+        if slot.key != key || slot.tasks[0] == EMPTY {
+            if slot.tasks[0] != EMPTY {
+                self.evictions += 1;
+            }
+            slot.key = key;
+            slot.tasks = [EMPTY; WAYS];
+        }
+        for i in 0..WAYS {
+            let q = slot.tasks[i];
+            if q != EMPTY && q != task && !slot.tasks[..i].contains(&q) {
+                partner(q);
+            }
+        }
+        slot.tasks.copy_within(0..WAYS - 1, 1);
+        slot.tasks[0] = task;
+    }
+
+    /// The accessors of `key`, newest first (for tests and inspection).
+    pub fn accessors(&self, key: u64) -> Vec<u32> {
+        let slot = &self.slots[(mix(key) & self.mask) as usize];
+        if slot.key != key {
+            return Vec::new();
+        }
+        slot.tasks.iter().copied().filter(|&t| t != EMPTY).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(t: &mut SharerTable, key: u64, task: u32) -> Vec<u32> {
+        let mut v = Vec::new();
+        t.record(key, task, |q| v.push(q));
+        v
+    }
+
+    #[test]
+    fn first_fault_is_no_event_second_task_is() {
+        let mut t = SharerTable::new(1024);
+        assert!(events(&mut t, 7, 1).is_empty());
+        assert!(
+            events(&mut t, 7, 1).is_empty(),
+            "same task again: no communication"
+        );
+        assert_eq!(events(&mut t, 7, 2), vec![1]);
+        assert_eq!(events(&mut t, 7, 3), vec![2, 1]);
+    }
+
+    #[test]
+    fn fifo_keeps_the_four_newest_and_counts_each_partner_once() {
+        let mut t = SharerTable::new(1024);
+        for task in [1, 2, 3, 4, 5] {
+            events(&mut t, 9, task);
+        }
+        assert_eq!(
+            t.accessors(9),
+            vec![5, 4, 3, 2],
+            "task 1 was the oldest and left"
+        );
+        assert_eq!(events(&mut t, 9, 1), vec![5, 4, 3, 2]);
+        events(&mut t, 9, 2);
+        events(&mut t, 9, 2);
+        assert_eq!(t.accessors(9), vec![2, 2, 1, 5]);
+        assert_eq!(events(&mut t, 9, 7), vec![2, 1, 5], "duplicates count once");
+    }
+
+    #[test]
+    fn a_task_that_stops_ages_out_after_four_newer_faults() {
+        let mut t = SharerTable::new(64);
+        events(&mut t, 3, 0); // the initialising thread
+        for _ in 0..2 {
+            events(&mut t, 3, 1);
+            events(&mut t, 3, 2);
+        }
+        assert_eq!(
+            events(&mut t, 3, 1),
+            vec![2],
+            "task 0 is gone from the list"
+        );
+    }
+
+    #[test]
+    fn collision_takes_the_slot_over_and_counts_an_eviction() {
+        let mut t = SharerTable::new(1); // every key shares the one slot
+        events(&mut t, 10, 1);
+        events(&mut t, 10, 2);
+        assert_eq!(t.evictions, 0);
+        assert!(
+            events(&mut t, 11, 3).is_empty(),
+            "a new block never inherits partners"
+        );
+        assert_eq!(t.evictions, 1);
+        assert!(t.accessors(10).is_empty());
+        assert_eq!(t.accessors(11), vec![3]);
+        assert!(events(&mut t, 10, 4).is_empty());
+        assert_eq!(t.evictions, 2);
+    }
+
+    #[test]
+    fn memory_is_bounded_by_slot_count() {
+        let mut t = SharerTable::new(1000);
+        assert_eq!(t.slots(), 1024);
+        assert_eq!(t.memory_bytes(), 1024 * 24);
+        for k in 0..100_000u64 {
+            events(&mut t, k, (k % 5) as u32);
+        }
+        assert_eq!(t.memory_bytes(), 1024 * 24, "the table never grows");
+        assert_eq!(t.faults, 100_000);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn partners_never_include_self_and_are_distinct(
+            ops in proptest::collection::vec((0u64..8, 0u32..6), 1..400)
+        ) {
+            let mut t = SharerTable::new(4);
+            for (k, task) in ops {
+                let ev = events(&mut t, k, task);
+                proptest::prop_assert!(!ev.contains(&task));
+                let mut d = ev.clone();
+                d.sort();
+                d.dedup();
+                proptest::prop_assert_eq!(d.len(), ev.len());
+                proptest::prop_assert!(ev.len() < WAYS + 1);
+            }
+        }
+    }
+}
