@@ -66,6 +66,9 @@ pub struct Args {
     /// Allow more tasks than allowed PUs
     #[arg(long)]
     pub oversubscribe: bool,
+    /// Let tasks share a core's hardware threads while other cores are idle
+    #[arg(long)]
+    pub share_cores: bool,
     /// Only use these PUs (hwloc location syntax, applied on every node)
     #[arg(long, value_name = "LOCATION")]
     pub pus: Option<String>,
@@ -102,6 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         algorithm: Algorithm::parse(&args.algorithm).map_err(bad_input)?,
         seed: args.seed,
         oversubscribe: args.oversubscribe,
+        share_cores: args.share_cores,
     };
     if args.advise {
         if target.num_nodes() < 2 {

@@ -12,7 +12,7 @@ pub fn place(
     // Random draws from the same slots huddle's algorithms use, so that it differs from them
     // only in ignoring the matrix.
     if alg == Algorithm::Random {
-        let mut slots = target.slots_for(n, opts.oversubscribe)?;
+        let mut slots = target.slots_for(n, opts.oversubscribe, opts.share_cores)?;
         SplitMix64::new(opts.seed).shuffle(&mut slots);
         return Ok(slots);
     }

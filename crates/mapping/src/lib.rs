@@ -139,6 +139,9 @@ pub struct Options {
     pub seed: u64,
     /// Allow more tasks than allowed PUs (balanced: PU loads differ by at most one).
     pub oversubscribe: bool,
+    /// Let tasks share a core's hardware threads while other cores are idle (the model has
+    /// no cost for compute contention, so this always scores lower on communication).
+    pub share_cores: bool,
 }
 
 impl Default for Options {
@@ -147,6 +150,7 @@ impl Default for Options {
             algorithm: Algorithm::Huddle,
             seed: 1,
             oversubscribe: false,
+            share_cores: false,
         }
     }
 }
@@ -205,7 +209,7 @@ fn place(graph: &Graph, target: &Target, opts: &Options) -> Result<Vec<usize>, M
     if Algorithm::BASELINES.contains(&opts.algorithm) {
         return baseline::place(opts.algorithm, n, target, opts);
     }
-    let slots = target.slots_for(n, opts.oversubscribe)?;
+    let slots = target.slots_for(n, opts.oversubscribe, opts.share_cores)?;
     let arch = Arch::build(target, &slots);
     let order = match opts.algorithm {
         Algorithm::Drb => drb::map(graph, &arch),

@@ -148,7 +148,14 @@ impl Target {
     /// allowed hardware thread before any second one (cores in tree order, so the chosen
     /// cores are close together), and when oversubscribed every allowed PU gets n / P tasks,
     /// the first n mod P in that same order one more.
-    pub fn slots_for(&self, n: usize, oversubscribe: bool) -> Result<Vec<usize>, MapError> {
+    /// With `share_cores`, PUs are taken in plain logical order (hardware threads of a core
+    /// together).
+    pub fn slots_for(
+        &self,
+        n: usize,
+        oversubscribe: bool,
+        share_cores: bool,
+    ) -> Result<Vec<usize>, MapError> {
         let mut order = self.allowed_pus();
         if order.is_empty() {
             return Err(MapError::NoSlots);
@@ -157,7 +164,9 @@ impl Target {
         if n > p && !oversubscribe {
             return Err(MapError::TooManyTasks { tasks: n, slots: p });
         }
-        order.sort_by_key(|&g| (self.smt_rank[g], g));
+        if !share_cores {
+            order.sort_by_key(|&g| (self.smt_rank[g], g));
+        }
         let (base, extra) = (n / p, n % p);
         let mut slots = Vec::with_capacity(n);
         for (i, &g) in order.iter().enumerate() {

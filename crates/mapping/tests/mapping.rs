@@ -27,6 +27,7 @@ fn opts(algorithm: Algorithm) -> Options {
         algorithm,
         seed: 7,
         oversubscribe: true,
+        share_cores: false,
     }
 }
 
@@ -141,6 +142,7 @@ fn too_many_tasks_needs_oversubscribe() {
             algorithm: alg,
             seed: 1,
             oversubscribe: false,
+            share_cores: false,
         };
         assert!(
             matches!(
