@@ -6,6 +6,7 @@ mod launch;
 mod machine_args;
 mod map;
 mod topo;
+mod tune_msg;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +37,8 @@ enum Command {
     Map(map::Args),
     /// Run an MPI program built with huddle-cc as N pinned ranks (huddle's message passing)
     Launch(launch::Args),
+    /// Measure this machine's message-passing transports and store the per-class rule table
+    TuneMsg(tune_msg::Args),
     /// Run a built-in workload whose communication is known; write its ground-truth matrix
     Workload(workload::Args),
 }
@@ -46,6 +49,7 @@ fn main() {
         Command::Topo(a) => topo::run(a),
         Command::Map(a) => map::run(a),
         Command::Launch(a) => launch::run(a),
+        Command::TuneMsg(a) => tune_msg::run(a),
         Command::Workload(a) => workload::run(a),
     };
     std::process::exit(exit::report(result));

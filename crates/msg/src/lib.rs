@@ -14,6 +14,7 @@ pub mod launch;
 pub mod ops;
 pub mod rules;
 pub mod shm;
+pub mod tune;
 
 use thiserror::Error;
 

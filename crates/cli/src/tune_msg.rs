@@ -1,0 +1,163 @@
+//! `huddle tune-msg`: measure this machine's message-passing transports per locality class
+//! and store the rule table that `huddle launch` uses.
+
+use crate::exit::bad_input;
+use huddle_msg::engine::Engine;
+use huddle_msg::launch::{self, Launch};
+use huddle_msg::rules::{default_rules_path, Class, RuleTable};
+use huddle_msg::tune::{self, Plan, Point};
+use std::path::PathBuf;
+use std::time::Duration;
+use topology::Machine;
+
+#[derive(clap::Args)]
+#[command(
+    long_about = "Measure, for one pair of PUs of each locality class present on this machine \
+    (same core, shared L2, shared L3, same NUMA node, other package), ping-pong time with each \
+    candidate pipeline fragment size and with single copy (process_vm_readv), and store the \
+    per-class rule table (JSON, schema huddle.msg-rules/1, see docs/msg.md) where `huddle \
+    launch` finds it: --output, else $HUDDLE_MSG_RULES, else \
+    $XDG_CONFIG_HOME/huddle/msg-rules.json (~/.config/huddle/msg-rules.json). Classes with \
+    no pair on this machine keep the rules derived from the cache sizes."
+)]
+pub struct Args {
+    /// Where to store the table
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Fewer candidates and sizes (seconds instead of a minute per class)
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the table and every measurement as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Internal: run as a measuring rank and write the points here
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub worker: Option<PathBuf>,
+}
+
+fn worker(out: &PathBuf, quick: bool) -> anyhow::Result<i32> {
+    let mut e = Engine::from_env()?;
+    let points = tune::measure(&mut e, &Plan::new(quick))?;
+    if e.rank() == 0 {
+        std::fs::write(out, serde_json::to_string(&points)?)
+            .map_err(|err| anyhow::anyhow!("{}: {err}", out.display()))?;
+    }
+    e.mark_finalized();
+    Ok(0)
+}
+
+/// One pair of allowed PUs per class present, by logical index.
+fn pairs(m: &Machine) -> Vec<(Class, usize, usize)> {
+    let pus: Vec<usize> = m.allowed_pus().collect();
+    let mut out: Vec<(Class, usize, usize)> = Vec::new();
+    for (i, &a) in pus.iter().enumerate() {
+        for &b in &pus[i + 1..] {
+            let c = Class::from_level(m.level(a, b));
+            if !out.iter().any(|x| x.0 == c) {
+                out.push((c, a, b));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    if let Some(out) = &args.worker {
+        return worker(out, args.quick);
+    }
+    let m = Machine::from_system()?;
+    let path = args
+        .output
+        .clone()
+        .or_else(default_rules_path)
+        .ok_or_else(|| bad_input("no HOME to store the rules under: give --output"))?;
+    let defaults = RuleTable::from_caches(&m);
+    let mut table = defaults.clone();
+    let exe = std::env::current_exe()?;
+    let mut measured = Vec::new();
+    let mut all_points: Vec<(Class, usize, usize, Vec<Point>)> = Vec::new();
+    for (class, a, b) in pairs(&m) {
+        let tmp = std::env::temp_dir().join(format!(
+            "huddle-tune-msg-{}-{}.json",
+            std::process::id(),
+            class.name()
+        ));
+        let mut wargs = vec!["tune-msg".into(), "--worker".into(), tmp.clone().into()];
+        if args.quick {
+            wargs.push("--quick".into());
+        }
+        let outcome = launch::run(Launch {
+            program: exe.clone().into(),
+            args: wargs,
+            job: launch::job_spec(&m, &[a, b], &defaults)?,
+            grace: Duration::from_secs(5),
+        })?;
+        if let Some(f) = outcome.failure {
+            anyhow::bail!("measuring class {} on PUs {a},{b}: {f}", class.name());
+        }
+        let text = std::fs::read_to_string(&tmp)?;
+        let _ = std::fs::remove_file(&tmp);
+        let points: Vec<Point> = serde_json::from_str(&text)?;
+        let base = defaults.rules[&class];
+        let rule = tune::choose(&points, base);
+        table.rules.insert(class, rule);
+        let (osa, osb) = (m.pus[a].os_index, m.pus[b].os_index);
+        measured.push(format!("{} on PUs P#{osa},P#{osb}", class.name()));
+        all_points.push((class, osa as usize, osb as usize, points));
+    }
+    table.source = "tune-msg".into();
+    table.basis = format!(
+        "measured {} ({}); other classes from cache sizes ({})",
+        if measured.is_empty() {
+            "nothing".to_string()
+        } else {
+            measured.join(", ")
+        },
+        if args.quick {
+            "quick plan"
+        } else {
+            "full plan"
+        },
+        defaults.basis
+    );
+    table.save(&path)?;
+    if args.json {
+        let detail: Vec<serde_json::Value> = all_points
+            .iter()
+            .map(|(c, a, b, p)| serde_json::json!({"class": c, "pus_os": [a, b], "points": p}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "stored": path, "table": table, "measurements": detail
+            }))?
+        );
+        return Ok(0);
+    }
+    println!("rule table stored in {}", path.display());
+    println!(
+        "{:<8} {:>12} {:>14} {:>22}  source",
+        "class", "eager_limit", "fragment", "single_copy_threshold"
+    );
+    for (c, r) in &table.rules {
+        let src = if all_points.iter().any(|x| x.0 == *c) {
+            "measured"
+        } else {
+            "cache sizes"
+        };
+        let sc = if r.single_copy_threshold == u64::MAX {
+            "never".to_string()
+        } else {
+            r.single_copy_threshold.to_string()
+        };
+        println!(
+            "{:<8} {:>12} {:>14} {:>22}  {src}",
+            c.name(),
+            r.eager_limit,
+            r.fragment,
+            sc
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,212 @@
+//! Measuring a pair of ranks to build the rule table (the seed's OPTO step, per locality
+//! class): for one pair of a class, ping-pong with every candidate fragment size on the
+//! pipelined path and with single copy, then keep the fastest fragment and the size from which
+//! single copy wins for good.
+
+use crate::coll::{self, Comm};
+use crate::engine::Engine;
+use crate::rules::Rule;
+use crate::MsgError;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+const TAG: i32 = 77;
+const BATCHES: usize = 5;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Point {
+    pub size: u64,
+    /// Fragment size on the pipelined path; 0 for single copy.
+    pub fragment: u64,
+    pub single_copy: bool,
+    /// One-way time (microseconds), median of the batches.
+    pub usec: f64,
+}
+
+/// What to try.
+pub struct Plan {
+    pub fragments: Vec<u64>,
+    pub sizes: Vec<u64>,
+}
+
+impl Plan {
+    pub fn new(quick: bool) -> Plan {
+        let k = 1024;
+        if quick {
+            return Plan {
+                fragments: vec![8 * k, 32 * k, 64 * k],
+                sizes: vec![16 * k, 128 * k, 1024 * k],
+            };
+        }
+        Plan {
+            fragments: vec![
+                4 * k,
+                8 * k,
+                16 * k,
+                24 * k,
+                32 * k,
+                48 * k,
+                64 * k,
+                96 * k,
+                128 * k,
+            ],
+            sizes: vec![
+                8 * k,
+                16 * k,
+                32 * k,
+                64 * k,
+                128 * k,
+                256 * k,
+                512 * k,
+                1024 * k,
+                2048 * k,
+                4096 * k,
+            ],
+        }
+    }
+}
+
+/// One-way ping-pong time between world ranks 0 and 1 (rank 0's measurement; 0 elsewhere).
+fn pingpong(e: &mut Engine, buf: &mut [u8], size: usize) -> Result<f64, MsgError> {
+    let iters = ((32usize << 20) / size.max(1)).clamp(4, 500);
+    let me = e.rank();
+    let mut times = Vec::with_capacity(BATCHES);
+    for _ in 0..BATCHES {
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            if me == 0 {
+                e.send(&buf[..size], 1, 0, TAG)?;
+                e.recv(&mut buf[..size], 1, 0, TAG)?;
+            } else if me == 1 {
+                e.recv(&mut buf[..size], 0, 0, TAG)?;
+                e.send(&buf[..size], 0, 0, TAG)?;
+            }
+        }
+        times.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[BATCHES / 2])
+}
+
+/// Runs the plan between world ranks 0 and 1 of the job (both call it; others idle).
+pub fn measure(e: &mut Engine, plan: &Plan) -> Result<Vec<Point>, MsgError> {
+    let peer = if e.rank() == 0 { 1 } else { 0 };
+    let class = e.class_to(peer);
+    let mut world = Comm::new((0..e.size()).collect(), e.size(), e.rank(), 0);
+    let max = plan.sizes.iter().copied().max().unwrap_or(0) as usize;
+    let mut buf: Vec<u8> = (0..max).map(|i| i as u8).collect();
+    let mut points = Vec::new();
+    let base = e.rule_to(peer);
+    let mut trials: Vec<(u64, bool)> = plan.fragments.iter().map(|&f| (f, false)).collect();
+    if e.single_copy_available() {
+        trials.push((0, true));
+    }
+    for &(fragment, single_copy) in &trials {
+        e.set_rule(
+            class,
+            Rule {
+                eager_limit: base.eager_limit,
+                fragment: if single_copy { base.fragment } else { fragment },
+                single_copy_threshold: if single_copy { 0 } else { u64::MAX },
+            },
+        );
+        for &size in &plan.sizes {
+            coll::barrier(e, &mut world)?;
+            let usec = pingpong(e, &mut buf, size as usize)?;
+            points.push(Point {
+                size,
+                fragment,
+                single_copy,
+                usec,
+            });
+        }
+    }
+    e.set_rule(class, base);
+    coll::barrier(e, &mut world)?;
+    Ok(points)
+}
+
+/// The rule the points argue for: the fragment with the least total time over the sizes,
+/// and the smallest size from which single copy beats that fragment at every larger size.
+pub fn choose(points: &[Point], base: Rule) -> Rule {
+    let mut best: Option<(u64, f64)> = None;
+    let mut frags: Vec<u64> = points
+        .iter()
+        .filter(|p| !p.single_copy)
+        .map(|p| p.fragment)
+        .collect();
+    frags.sort();
+    frags.dedup();
+    for f in frags {
+        // Relative time per size, so that large sizes do not drown the small ones.
+        let score: f64 = points
+            .iter()
+            .filter(|p| !p.single_copy && p.fragment == f)
+            .map(|p| p.usec.max(1e-3).ln())
+            .sum();
+        if best.is_none_or(|(_, s)| score < s) {
+            best = Some((f, score));
+        }
+    }
+    let fragment = best.map_or(base.fragment, |b| b.0);
+    let pipelined = |size: u64| {
+        points
+            .iter()
+            .find(|p| !p.single_copy && p.fragment == fragment && p.size == size)
+            .map(|p| p.usec)
+    };
+    let mut sc: Vec<&Point> = points.iter().filter(|p| p.single_copy).collect();
+    sc.sort_by_key(|p| p.size);
+    let mut threshold = u64::MAX;
+    for p in sc.iter().rev() {
+        match pipelined(p.size) {
+            Some(t) if p.usec < t => threshold = p.size,
+            _ => break,
+        }
+    }
+    Rule {
+        eager_limit: base.eager_limit,
+        fragment,
+        single_copy_threshold: threshold,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(size: u64, fragment: u64, usec: f64) -> Point {
+        Point {
+            size,
+            fragment,
+            single_copy: fragment == 0,
+            usec,
+        }
+    }
+
+    #[test]
+    fn picks_fastest_fragment_and_stable_crossover() {
+        let base = Rule {
+            eager_limit: 4096,
+            fragment: 1,
+            single_copy_threshold: 1,
+        };
+        let points = vec![
+            pt(10, 8, 2.0),
+            pt(100, 8, 20.0),
+            pt(1000, 8, 200.0),
+            pt(10, 32, 1.5),
+            pt(100, 32, 15.0),
+            pt(1000, 32, 150.0),
+            // Single copy: wins at 10 by chance, loses at 100, wins from 1000 on.
+            pt(10, 0, 1.0),
+            pt(100, 0, 16.0),
+            pt(1000, 0, 100.0),
+        ];
+        let r = choose(&points, base);
+        assert_eq!(r.fragment, 32);
+        assert_eq!(r.single_copy_threshold, 1000);
+        let never: Vec<Point> = points.into_iter().filter(|p| p.size != 1000).collect();
+        assert_eq!(choose(&never, base).single_copy_threshold, u64::MAX);
+    }
+}
