@@ -48,6 +48,7 @@ impl Policy for Comm {
             algorithm: self.algorithm,
             seed: self.seed,
             oversubscribe: true,
+            ..Options::default()
         };
         let m = mapping::map(matrix, target, &opts).ok()?;
         Some(Proposal {
@@ -99,6 +100,7 @@ impl Policy for Static {
                     algorithm: self.algorithm,
                     seed: self.seed,
                     oversubscribe: true,
+                    ..Options::default()
                 };
                 self.chosen = Some(mapping::map(matrix, target, &opts).ok()?.slots);
             }

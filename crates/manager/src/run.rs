@@ -131,8 +131,9 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         let (matrix, tasks) = obs.snapshot();
         let (live_idx, sub) = live(&matrix, &tasks);
 
-        // Where each live task runs now.
+        // Where each live task runs now, and where it may run (its affinity mask).
         let mut current = Vec::with_capacity(live_idx.len());
+        let mut masks = Vec::with_capacity(live_idx.len());
         for &i in &live_idx {
             let task = &tasks[i];
             let stat = procs::read_stat(std::path::Path::new(&format!(
@@ -150,7 +151,17 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             let here = stat
                 .and_then(|s| os_to_slot.get(&s.processor).copied())
                 .unwrap_or(0);
-            current.push(pinned.get(&task.tid).copied().unwrap_or(here));
+            let slot = pinned.get(&task.tid).copied().unwrap_or(here);
+            current.push(slot);
+            let mut mask: Vec<usize> = actuate::get_affinity(task.tid)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|os| os_to_slot.get(os).copied())
+                .collect();
+            if mask.is_empty() {
+                mask.push(slot);
+            }
+            masks.push(mask);
         }
         data.samples.push(Sample {
             t,
@@ -167,11 +178,14 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             last_snapshot = t;
         }
 
-        if let (Some(proposal), false) = (
-            cfg.policy.propose(&sub, target, &current),
-            live_idx.is_empty(),
-        ) {
-            let cost_now = mapping::cost::evaluate_matrix(&sub, target, &current).cost;
+        let enough = sub.total() >= cfg.min_traffic && !live_idx.is_empty();
+        let proposal = if enough {
+            cfg.policy.propose(&sub, target, &current)
+        } else {
+            None
+        };
+        if let Some(proposal) = proposal {
+            let cost_now = expected_cost(&sub, target, &masks);
             let cost_new = mapping::cost::evaluate_matrix(&sub, target, &proposal.slots).cost;
             let cur_os: Vec<u32> = current.iter().map(|&g| target.os_index(g)).collect();
             let new_os: Vec<u32> = proposal.slots.iter().map(|&g| target.os_index(g)).collect();
@@ -297,6 +311,35 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
     data
 }
 
+/// The expected communication cost of tasks that may each run anywhere in their mask: for
+/// each pair, the mean distance over the two masks, as if the scheduler spread each task
+/// uniformly over its mask. A task pinned to one PU has a one-PU mask, so for a pinned
+/// program this is the shared cost model's cost. The mean is computed once per distinct
+/// pair of masks (most unpinned tasks share one).
+pub fn expected_cost(m: &CommMatrix, target: &Target, masks: &[Vec<usize>]) -> f64 {
+    let mut cache: HashMap<(&[usize], &[usize]), f64> = HashMap::new();
+    let mut total = 0.0;
+    for i in 0..m.n() {
+        for j in i + 1..m.n() {
+            let w = (m.get(i, j) + m.get(j, i)) / 2.0;
+            if w == 0.0 {
+                continue;
+            }
+            let key = (masks[i].as_slice(), masks[j].as_slice());
+            let d = *cache.entry(key).or_insert_with(|| {
+                let pairs = key
+                    .0
+                    .iter()
+                    .flat_map(|&a| key.1.iter().map(move |&b| (a, b)));
+                let sum: f64 = pairs.map(|(a, b)| target.distance(a, b)).sum();
+                sum / (key.0.len() * key.1.len()) as f64
+            });
+            total += w * d;
+        }
+    }
+    total
+}
+
 fn push_note(notes: &mut Vec<String>, note: String) {
     if !notes.contains(&note) {
         notes.push(note);
@@ -408,6 +451,64 @@ mod tests {
         }
         fn alive(&self) -> bool {
             true
+        }
+    }
+
+    #[test]
+    fn floating_tasks_cost_the_mean_over_their_masks() {
+        let target = Target::machine(Machine::from_synthetic("pack:1 l2:2 core:1 pu:1").unwrap());
+        // The two PUs have their own L2s and share the package.
+        let d = target.distance(0, 1);
+        assert_eq!(target.level(0, 1), topology::Level::Package);
+        let mut m = CommMatrix::zeros(2);
+        m.set(0, 1, 10.0);
+        m.set(1, 0, 10.0);
+        // Pinned apart, pinned together, both floating over both PUs.
+        assert_eq!(expected_cost(&m, &target, &[vec![0], vec![1]]), 10.0 * d);
+        assert_eq!(expected_cost(&m, &target, &[vec![1], vec![1]]), 0.0);
+        assert_eq!(
+            expected_cost(&m, &target, &[vec![0, 1], vec![0, 1]]),
+            10.0 * d / 2.0
+        );
+        // Equal to the shared cost model for single-PU masks.
+        let shared = mapping::cost::evaluate_matrix(&m, &target, &[0, 1]).cost;
+        assert_eq!(expected_cost(&m, &target, &[vec![0], vec![1]]), shared);
+    }
+
+    #[test]
+    fn waits_for_enough_traffic_before_deciding() {
+        let machine = Machine::from_system().unwrap();
+        let target = Target::machine(machine);
+        let children: Vec<Child> = (0..2)
+            .map(|_| Command::new("sleep").arg("30").spawn().unwrap())
+            .collect();
+        let mut m = CommMatrix::zeros(2);
+        m.set(0, 1, 10.0);
+        m.set(1, 0, 10.0);
+        let mut obs = Fixed {
+            children,
+            matrix: m,
+            aged: 0,
+        };
+        let cfg = Config {
+            policy: crate::policy::parse("comm", 1).unwrap(),
+            controller: Controller::default(),
+            page_budget: 0,
+            status_line: false,
+            max_seconds: Some(0.4),
+            min_traffic: 64.0,
+            command: vec!["sleep".into()],
+            machine_description: "this machine".into(),
+        };
+        let data = manage(&mut obs, &target, cfg);
+        assert!(
+            data.decisions.is_empty(),
+            "10 events < 64: {:?}",
+            data.decisions
+        );
+        for c in &mut obs.children {
+            c.kill().unwrap();
+            c.wait().unwrap();
         }
     }
 
