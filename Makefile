@@ -23,7 +23,7 @@ build: bootstrap
 	@for s in $(BUILD_STEPS); do $(MAKE) --no-print-directory $$s || exit 1; done
 
 demo: build
-	$(HUDDLE) topo
+	scripts/demo
 
 lint: bootstrap
 	$(CARGO) fmt --all --check

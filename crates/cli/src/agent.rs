@@ -10,6 +10,14 @@ pub fn library() -> PathBuf {
     }
     let exe = std::env::current_exe().unwrap_or_default();
     let dir = exe.parent().map(PathBuf::from).unwrap_or_default();
-    let candidates = [dir.join("libhuddle_agent.so"), dir.join("../libhuddle_agent.so"), dir.join("../lib/libhuddle_agent.so")];
-    candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| candidates[0].clone())
+    let candidates = [
+        dir.join("libhuddle_agent.so"),
+        dir.join("../libhuddle_agent.so"),
+        dir.join("../lib/libhuddle_agent.so"),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| candidates[0].clone())
 }

@@ -50,13 +50,15 @@ pub struct Common {
 }
 
 #[derive(clap::Args)]
-#[command(long_about = "Launch a program and manage it online: detect which of its threads and \
+#[command(
+    long_about = "Launch a program and manage it online: detect which of its threads and \
     processes communicate (page faults, with the agent preloaded for extra faults), map them \
     onto the machine so that partners share caches, and pin them (sched_setaffinity on every \
     thread) whenever the predicted communication cost falls by at least the threshold. The \
     interval adapts (100 ms, +50 ms while stable, halved after a change, 50 ms..2 s) and the \
     matrix ages after each migration (M -= M >> 2). Returns the program's exit status; SIGINT \
-    and SIGTERM sent to huddle are passed on. If huddle is killed the program runs on.")]
+    and SIGTERM sent to huddle are passed on. If huddle is killed the program runs on."
+)]
 pub struct RunArgs {
     #[command(flatten)]
     pub common: Common,
@@ -69,10 +71,12 @@ pub struct RunArgs {
 }
 
 #[derive(clap::Args)]
-#[command(long_about = "Manage a program that is already running: like `huddle run`, but the \
+#[command(
+    long_about = "Manage a program that is already running: like `huddle run`, but the \
     agent cannot be preloaded, so only first-touch faults of new memory are seen. huddle only \
     acts on processes its user may ptrace. Stops when the program ends, after --seconds, or on \
-    SIGINT; the program runs on.")]
+    SIGINT; the program runs on."
+)]
 pub struct AttachArgs {
     #[command(flatten)]
     pub common: Common,
@@ -86,7 +90,11 @@ pub struct AttachArgs {
 fn detect_config(c: &Common, agent: bool) -> detect::Config {
     detect::Config {
         block_size: c.block_size,
-        granularity: if c.processes { detect::Granularity::Process } else { detect::Granularity::Thread },
+        granularity: if c.processes {
+            detect::Granularity::Process
+        } else {
+            detect::Granularity::Thread
+        },
         agent: agent.then(|| detect::AgentConfig {
             library: crate::agent::library(),
             rearm_rate: 0.01,
@@ -98,9 +106,14 @@ fn detect_config(c: &Common, agent: bool) -> detect::Config {
     }
 }
 
-fn check(c: &Common) -> anyhow::Result<(mapping::Target, Box<dyn manager::policy::Policy>, String)> {
+fn check(
+    c: &Common,
+) -> anyhow::Result<(mapping::Target, Box<dyn manager::policy::Policy>, String)> {
     if !(0.0..100.0).contains(&c.threshold) {
-        return Err(bad_input(format!("--threshold {}: must be at least 0 and below 100", c.threshold)));
+        return Err(bad_input(format!(
+            "--threshold {}: must be at least 0 and below 100",
+            c.threshold
+        )));
     }
     let policy = manager::policy::parse(&c.policy, c.seed).map_err(bad_input)?;
     let machine = c.machine.load()?;
@@ -124,7 +137,12 @@ fn check(c: &Common) -> anyhow::Result<(mapping::Target, Box<dyn manager::policy
     Ok((target, policy, description))
 }
 
-fn config(c: &Common, policy: Box<dyn manager::policy::Policy>, command: Vec<String>, machine: String) -> Config {
+fn config(
+    c: &Common,
+    policy: Box<dyn manager::policy::Policy>,
+    command: Vec<String>,
+    machine: String,
+) -> Config {
     Config {
         policy,
         controller: Controller::new(c.threshold / 100.0),
@@ -150,18 +168,36 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let (target, policy, machine) = check(&args.common)?;
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let session = detect::Session::start(
-        detect::Target::Spawn { program: program.clone(), args: rest.to_vec() },
+        detect::Target::Spawn {
+            program: program.clone(),
+            args: rest.to_vec(),
+        },
         &detect_config(&args.common, !args.no_agent),
     )
     .map_err(|e| match e {
-        detect::DetectError::CommandNotFound(_) => crate::exit::Exit { code: 127, message: e.to_string() }.into(),
+        detect::DetectError::CommandNotFound(_) => crate::exit::Exit {
+            code: 127,
+            message: e.to_string(),
+        }
+        .into(),
         detect::DetectError::BlockSize(_) => bad_input(e),
         other => anyhow::Error::new(other),
     })?;
     run::install_signal_forwarding();
-    let command = args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let mut obs = Detected { session, spawned: true };
-    let data = run::manage(&mut obs, &target, config(&args.common, policy, command, machine));
+    let command = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut obs = Detected {
+        session,
+        spawned: true,
+    };
+    let data = run::manage(
+        &mut obs,
+        &target,
+        config(&args.common, policy, command, machine),
+    );
     finish(&args.common, &data)?;
     Ok(match (data.info.exit_code, data.info.exit_signal) {
         (Some(c), _) => c,
@@ -178,15 +214,26 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     manager::procs::may_ptrace(args.pid as u32).map_err(|e| {
         bad_input(format!("process {}: not allowed to act on it ({e}); huddle only manages processes its user may ptrace", args.pid))
     })?;
-    let session = detect::Session::start(detect::Target::Attach(args.pid), &detect_config(&args.common, false))
-        .map_err(|e| match e {
-            detect::DetectError::NoSuchProcess(_) => bad_input(e),
-            other => anyhow::Error::new(other),
-        })?;
+    let session = detect::Session::start(
+        detect::Target::Attach(args.pid),
+        &detect_config(&args.common, false),
+    )
+    .map_err(|e| match e {
+        detect::DetectError::NoSuchProcess(_) => bad_input(e),
+        other => anyhow::Error::new(other),
+    })?;
     run::install_signal_forwarding();
     let comm = std::fs::read_to_string(format!("/proc/{}/comm", args.pid)).unwrap_or_default();
-    let mut obs = Detected { session, spawned: false };
-    let mut cfg = config(&args.common, policy, vec![format!("pid {} ({})", args.pid, comm.trim())], machine);
+    let mut obs = Detected {
+        session,
+        spawned: false,
+    };
+    let mut cfg = config(
+        &args.common,
+        policy,
+        vec![format!("pid {} ({})", args.pid, comm.trim())],
+        machine,
+    );
     cfg.max_seconds = args.seconds;
     let data = run::manage(&mut obs, &target, cfg);
     finish(&args.common, &data)?;
