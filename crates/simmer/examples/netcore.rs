@@ -24,10 +24,13 @@ fn main() {
         eprintln!("netcore: {e}");
         std::process::exit(1)
     });
-    let mut child = Command::new(&cmd[0]).args(&cmd[1..]).spawn().unwrap_or_else(|e| {
-        eprintln!("netcore: {}: {e}", cmd[0]);
-        std::process::exit(2)
-    });
+    let mut child = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .spawn()
+        .unwrap_or_else(|e| {
+            eprintln!("netcore: {}: {e}", cmd[0]);
+            std::process::exit(2)
+        });
     // Windows while it runs, then the whole run.
     let mut prev = first.clone();
     let mut named = std::collections::BTreeMap::<u32, usize>::new();
@@ -48,11 +51,19 @@ fn main() {
     let shares: Vec<String> = l
         .cpus
         .iter()
-        .map(|c| format!("cpu{} {:.1}% ({:.0} NET_RX/s)", c.cpu, 100.0 * c.protocol_share, c.net_rx_per_s))
+        .map(|c| {
+            format!(
+                "cpu{} {:.1}% ({:.0} NET_RX/s)",
+                c.cpu,
+                100.0 * c.protocol_share,
+                c.net_rx_per_s
+            )
+        })
         .collect();
     println!(
         "protocol core: {} (confidence {:.2}; windows naming each CPU: {:?}); {}",
-        l.protocol_cpu.map_or("none".to_string(), |c| format!("cpu{c}")),
+        l.protocol_cpu
+            .map_or("none".to_string(), |c| format!("cpu{c}")),
         l.confidence,
         named,
         shares.join(", ")

@@ -86,6 +86,16 @@ pub enum SlotState {
     ExitedWithoutFinalize,
 }
 
+/// Whether the rank's cache-miss counter exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheCounter {
+    NotTried,
+    Counting,
+    /// No hardware counter (VMs without a PMU), or disabled with HUDDLE_PMPI_CACHE=0.
+    Unavailable,
+}
+
 /// One rank's numbers at one instant. Times are nanoseconds; `compute_ns` and
 /// `pending_compute_ns` include the interval in progress.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -105,6 +115,7 @@ pub struct RankSlot {
     pub pending_sends: u64,
     /// None where no hardware counter exists (VMs without a PMU) or it is not read yet.
     pub cache_misses: Option<u64>,
+    pub cache_counter: CacheCounter,
     pub in_blocking_call: bool,
     /// CLOCK_MONOTONIC at MPI_Init and at the last update.
     pub init_ns: u64,
@@ -314,6 +325,11 @@ impl Board {
                 blocking_calls: f(S_BLOCKING_CALLS),
                 pending_sends: f(S_PENDING_SENDS),
                 cache_misses: (f(S_CACHE_STATE) == 1).then(|| f(S_CACHE_MISSES)),
+                cache_counter: match f(S_CACHE_STATE) {
+                    1 => CacheCounter::Counting,
+                    2 => CacheCounter::Unavailable,
+                    _ => CacheCounter::NotTried,
+                },
                 in_blocking_call: in_call,
                 init_ns: f(S_INIT),
                 updated_ns: f(S_UPDATED),
@@ -441,6 +457,7 @@ mod tests {
             (SlotState::Finalized, 500, 1500)
         );
         assert_eq!(r0.cache_misses, None);
+        assert_eq!(r0.cache_counter, CacheCounter::Unavailable);
         assert_eq!(r0.hostname, "node");
         assert_eq!(r0.msgs_to, vec![0, 1, 2]);
         let r2 = s.rank(2).unwrap();

@@ -21,7 +21,7 @@
 //! `min_confidence`; ranks it moved (and the protocol processing, when it moved) are left in
 //! place for `cooldown_windows` windows.
 
-use crate::board::RankSlot;
+use crate::board::{RankSlot, SlotState, Snapshot};
 use crate::protocol::ProtocolLoad;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -159,6 +159,36 @@ pub struct Input<'a> {
     pub window_ns: u64,
     /// IRQ affinity or RPS can be changed here (root, a steerable device).
     pub can_steer: bool,
+}
+
+impl<'a> Input<'a> {
+    /// The input for the window between two board snapshots: ranks present in both and alive,
+    /// placed on the PU their slot says they last ran on (CPU OS index -> logical PU).
+    pub fn from_snapshots(
+        machine: &'a Machine,
+        prev: &Snapshot,
+        cur: &Snapshot,
+        load: &ProtocolLoad,
+        can_steer: bool,
+    ) -> Input<'a> {
+        let ranks = cur
+            .ranks
+            .iter()
+            .filter(|r| r.alive && r.state == SlotState::Running)
+            .filter_map(|r| {
+                let p = prev.rank(r.rank)?;
+                let pu = machine.pu_by_os(r.cpu)?;
+                Some(RankWindow::between(p, r, pu))
+            })
+            .collect();
+        Input {
+            machine,
+            ranks,
+            protocol: ProtocolView::from_load(load, machine),
+            window_ns: cur.taken_ns.saturating_sub(prev.taken_ns),
+            can_steer,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -855,6 +885,59 @@ mod tests {
     }
 
     #[test]
+    fn input_from_snapshots_places_ranks_by_their_cpu() {
+        let m = flat(2);
+        let slot = |rank: usize, cpu: u32, b: u64, state: SlotState| RankSlot {
+            rank,
+            state,
+            pid: 1,
+            alive: true,
+            hostname: String::new(),
+            cpu,
+            blocking_ns: b,
+            compute_ns: 2 * b,
+            pending_compute_ns: 0,
+            blocking_calls: 1,
+            pending_sends: 0,
+            cache_misses: None,
+            cache_counter: crate::board::CacheCounter::Unavailable,
+            in_blocking_call: false,
+            init_ns: 0,
+            updated_ns: 0,
+            sent_bytes: 0,
+            sent_msgs: 0,
+            bytes_to: vec![0; 3],
+            msgs_to: vec![0; 3],
+        };
+        let snap = |t: u64, b: u64| Snapshot {
+            world_size: 3,
+            stamp: 1,
+            taken_ns: t,
+            ranks: vec![
+                slot(0, 1, b, SlotState::Running),
+                slot(1, 0, b, SlotState::Running),
+                slot(2, 0, b, SlotState::Finalized),
+            ],
+        };
+        let load = ProtocolLoad {
+            seconds: 1.0,
+            cpus: vec![],
+            protocol_cpu: Some(1),
+            confidence: 0.9,
+            net_irq_lines: vec![],
+        };
+        let i = Input::from_snapshots(&m, &snap(0, 10), &snap(1000, 30), &load, false);
+        assert_eq!(i.window_ns, 1000);
+        assert_eq!(i.ranks.len(), 2, "the finalized rank is left out");
+        assert_eq!(
+            (i.ranks[0].rank, i.ranks[0].pu, i.ranks[0].blocking_ns),
+            (0, 1, 20)
+        );
+        assert_eq!(i.ranks[1].pu, 0);
+        assert_eq!(i.protocol.core, Some(1));
+    }
+
+    #[test]
     fn window_from_board_slots() {
         let slot = |b: u64, c: u64, bytes: Vec<u64>| RankSlot {
             rank: 1,
@@ -869,6 +952,7 @@ mod tests {
             blocking_calls: b / 10,
             pending_sends: 0,
             cache_misses: Some(c),
+            cache_counter: crate::board::CacheCounter::Counting,
             in_blocking_call: false,
             init_ns: 0,
             updated_ns: 0,
