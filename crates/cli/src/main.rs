@@ -1,6 +1,8 @@
 //! `huddle`: detect who talks to whom in a parallel program, map tasks onto the machine, and
 //! move them while the program runs. Each subcommand lives in its own module.
 
+mod agent;
+mod detect;
 mod exit;
 mod launch;
 mod machine_args;
@@ -33,6 +35,8 @@ struct Cli {
 enum Command {
     /// Show the machine model: levels, caches, NUMA nodes, PU OS indexes (hwloc underneath)
     Topo(topo::Args),
+    /// Run a program with communication detection; write its task-by-task matrix
+    Detect(detect::Args),
     /// Map tasks onto PUs from a communication matrix; --advise compares blocked/cyclic/mapped
     Map(map::Args),
     /// Run an MPI program built with huddle-cc as N pinned ranks (huddle's message passing)
@@ -47,6 +51,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Topo(a) => topo::run(a),
+        Command::Detect(a) => detect::run(a),
         Command::Map(a) => map::run(a),
         Command::Launch(a) => launch::run(a),
         Command::TuneMsg(a) => tune_msg::run(a),

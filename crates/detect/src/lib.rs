@@ -46,6 +46,7 @@ pub mod procmaps;
 pub mod ring;
 pub mod session;
 pub mod sharers;
+pub mod signals;
 
 pub use session::{
     resolve_program, AgentConfig, Config, DetectError, Granularity, Session, SourceStatus, Stats,

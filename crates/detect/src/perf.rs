@@ -25,7 +25,12 @@ pub enum Record {
     /// A task ended.
     Exit { pid: u32, tid: u32, time: u64 },
     /// A task got a new name (exec or prctl).
-    Comm { pid: u32, tid: u32, comm: String },
+    Comm {
+        pid: u32,
+        tid: u32,
+        time: u64,
+        comm: String,
+    },
     /// The kernel dropped `lost` records because the buffer was full.
     Lost { lost: u64 },
 }
@@ -374,7 +379,9 @@ pub fn decode(typ: u32, body: &[u8]) -> Option<Record> {
             time: u64_at(body, 16)?,
         }),
         b::PERF_RECORD_COMM => {
-            let name = body.get(8..)?;
+            // The name is NUL-padded to 8 bytes; sample_id (TID, TIME, CPU) follows.
+            let time = u64_at(body, body.len().checked_sub(16)?)?;
+            let name = body.get(8..body.len() - 24)?;
             let end = name
                 .iter()
                 .position(|&c| c == 0)
@@ -382,6 +389,7 @@ pub fn decode(typ: u32, body: &[u8]) -> Option<Record> {
             Some(Record::Comm {
                 pid: u32_at(body, 0)?,
                 tid: u32_at(body, 4)?,
+                time,
                 comm: String::from_utf8_lossy(&name[..end]).into_owned(),
             })
         }

@@ -574,9 +574,20 @@ impl Session {
     /// Reads every pending event from every source and updates the matrix; returns the
     /// number of fault events processed. Cheap when nothing happened.
     pub fn poll(&mut self) -> u64 {
+        // Records stamped within the last 2 ms may still be on their way into another CPU's
+        // ring; hold them for the next poll so that tasks are ordered by true time.
+        let cut = monotonic_ns().saturating_sub(2_000_000);
+        self.poll_until(cut)
+    }
+
+    /// Like [`Session::poll`], but processes everything buffered (after the target ended).
+    pub fn flush(&mut self) -> u64 {
+        self.poll_until(u64::MAX)
+    }
+
+    fn poll_until(&mut self, cut: u64) -> u64 {
         self.generation += 1;
         let mut batch = std::mem::take(&mut self.batch);
-        batch.clear();
         if let Some(p) = self.perf.as_mut() {
             p.drain(|r| {
                 let t = match &r {
@@ -612,8 +623,9 @@ impl Session {
         self.agent_faults_seen += agent_seen;
         // Per-CPU rings interleave in time; the sharer lists want the true order.
         batch.sort_by_key(|(t, _)| *t);
+        let ready = batch.partition_point(|(t, _)| *t < cut);
         let mut n = 0;
-        for (_, r) in batch.drain(..) {
+        for (_, r) in batch.drain(..ready) {
             match r {
                 Record::Fault {
                     pid,
@@ -641,8 +653,13 @@ impl Session {
                         }
                     }
                 }
-                Record::Comm { pid, tid, comm } => {
-                    let i = self.register(pid, tid, monotonic_ns());
+                Record::Comm {
+                    pid,
+                    tid,
+                    time,
+                    comm,
+                } => {
+                    let i = self.register(pid, tid, time);
                     if self.granularity == Granularity::Thread || pid == tid {
                         if comm == "huddle-agent" {
                             self.tasks[i].agent = true;

@@ -1,0 +1,315 @@
+//! `huddle detect`: run a program under communication detection and write its matrix,
+//! task table and periodic snapshots (CSV and JSON; schema in docs/detect.md).
+
+use crate::exit::{bad_input, Exit};
+use detect::{AgentConfig, Config, DetectError, Granularity, Session, Target};
+use serde::Serialize;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+#[command(
+    long_about = "Run CMD with communication detection (CDSM-style page-fault \
+    sharing, see docs/detect.md) and write the N x N symmetric matrix over its tasks \
+    (threads, or processes with --processes), in the order they appeared. The program's \
+    results are unchanged; its exit status is passed on (128+N when killed by signal N; \
+    127 when CMD is not found). If it crashes, the matrix so far is still written."
+)]
+pub struct Args {
+    /// Matrix CSV; the task table goes to OUT.tasks.csv and everything as JSON to OUT.json
+    #[arg(long, value_name = "FILE", default_value = "detect-matrix.csv")]
+    pub out: PathBuf,
+    /// Also print the JSON document (schema huddle.detect/1) on stdout
+    #[arg(long)]
+    pub json: bool,
+    /// Memory block size in bytes (power of two, 8..1048576; CDSM uses 256)
+    #[arg(long, value_name = "B", default_value_t = 256)]
+    pub block_size: u64,
+    /// Snapshot period in milliseconds
+    #[arg(long, value_name = "T", default_value_t = 1000)]
+    pub interval_ms: u64,
+    /// Write every snapshot as DIR/snapshot-NNNN.csv (and all in DIR/snapshots.json)
+    #[arg(long, value_name = "DIR")]
+    pub snapshots: Option<PathBuf>,
+    /// One row per process instead of per thread
+    #[arg(long)]
+    pub processes: bool,
+    /// Keep every task in the matrix (default: drop tasks with less than --min-share of the
+    /// median task's communication, e.g. a launcher thread; they stay in the task table)
+    #[arg(long)]
+    pub all_tasks: bool,
+    /// See --all-tasks
+    #[arg(long, value_name = "F", default_value_t = 0.1)]
+    pub min_share: f64,
+    /// Do not preload the agent: first-touch faults only
+    #[arg(long)]
+    pub no_agent: bool,
+    /// Fraction of the program's mapped pages the agent re-arms per second (CDSM: 0.01)
+    #[arg(long, value_name = "F", default_value_t = 0.01)]
+    pub rearm_rate: f64,
+    /// Pages per second the agent re-arms at least (small programs have few pages)
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    pub rearm_floor: u32,
+    /// Do not re-arm private anonymous memory (userfaultfd write-protect)
+    #[arg(long)]
+    pub no_private: bool,
+    /// Sharer-table slots (power of two; 24 bytes each)
+    #[arg(long, value_name = "N", default_value_t = 1 << 20)]
+    pub table_slots: usize,
+    /// The program and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Serialize)]
+struct Snapshot {
+    t_s: f64,
+    /// Task indexes (into `tasks`) of the rows.
+    rows: Vec<usize>,
+    matrix: Vec<Vec<f64>>,
+    faults: u64,
+    comm_events: u64,
+}
+
+#[derive(Serialize)]
+struct Document<'a> {
+    schema: &'static str,
+    command: Vec<String>,
+    block_size: u64,
+    granularity: Granularity,
+    exit_status: i32,
+    /// Task indexes (into `tasks`) of the matrix rows, in order.
+    rows: &'a [usize],
+    matrix: Vec<Vec<f64>>,
+    tasks: &'a [detect::TaskInfo],
+    sources: &'a [detect::SourceStatus],
+    agent_notes: Vec<String>,
+    stats: detect::Stats,
+    snapshots: &'a [Snapshot],
+}
+
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
+    let stem = p.with_extension("");
+    PathBuf::from(format!("{}{suffix}", stem.display()))
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    if !(args.rearm_rate.is_finite() && (0.0..=1.0).contains(&args.rearm_rate)) {
+        return Err(bad_input(format!(
+            "--rearm-rate {}: must be between 0 and 1",
+            args.rearm_rate
+        )));
+    }
+    if args.interval_ms == 0 {
+        return Err(bad_input("--interval-ms must be at least 1"));
+    }
+    if let Some(d) = &args.snapshots {
+        std::fs::create_dir_all(d)
+            .map_err(|e| bad_input(format!("--snapshots {}: {e}", d.display())))?;
+    }
+    if let Some(parent) = args.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.is_dir() {
+            return Err(bad_input(format!(
+                "--out {}: directory {} does not exist",
+                args.out.display(),
+                parent.display()
+            )));
+        }
+    }
+    let agent = (!args.no_agent).then(|| AgentConfig {
+        library: crate::agent::library(),
+        rearm_rate: args.rearm_rate,
+        rearm_floor: args.rearm_floor,
+        interval_ms: 10,
+        private_memory: !args.no_private,
+    });
+    let agent = match agent {
+        Some(a) if !a.library.is_file() => {
+            eprintln!(
+                "huddle: warning: agent library {} not found (set HUDDLE_AGENT); detecting first-touch faults only",
+                a.library.display()
+            );
+            None
+        }
+        a => a,
+    };
+    let cfg = Config {
+        block_size: args.block_size,
+        table_slots: args.table_slots,
+        granularity: if args.processes {
+            Granularity::Process
+        } else {
+            Granularity::Thread
+        },
+        agent,
+        ..Config::default()
+    };
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| bad_input("no command given"))?;
+    let target = Target::Spawn {
+        program: program.clone(),
+        args: rest.to_vec(),
+    };
+    let mut s = Session::start(target, &cfg).map_err(|e| match e {
+        DetectError::CommandNotFound(_) => Exit {
+            code: 127,
+            message: e.to_string(),
+        }
+        .into(),
+        DetectError::Exec { .. } => Exit {
+            code: 126,
+            message: e.to_string(),
+        }
+        .into(),
+        DetectError::BlockSize(_) => bad_input(e),
+        other => anyhow::Error::new(other),
+    })?;
+    for src in s.sources().iter().filter(|x| !x.active) {
+        eprintln!("huddle: {}: {}", src.name, src.note);
+    }
+    // Ctrl-C reaches the target through the terminal; we stay to write the matrix.
+    detect::signals::install();
+    let started = Instant::now();
+    let period = Duration::from_millis(args.interval_ms);
+    let mut next_snap = period;
+    let mut snaps = Vec::new();
+    let min_share = if args.all_tasks { 0.0 } else { args.min_share };
+    let exit = loop {
+        s.wait(Duration::from_millis(20).min(period));
+        s.poll();
+        let sig = detect::signals::take();
+        if sig != 0 {
+            s.signal(sig);
+        }
+        if started.elapsed() >= next_snap {
+            next_snap += period;
+            snaps.push(snapshot(
+                &s,
+                started,
+                min_share,
+                snaps.len(),
+                args.snapshots.as_deref(),
+            )?);
+        }
+        if let Some(e) = s.try_wait() {
+            break e;
+        }
+    };
+    // Everything still buffered, including records held back for ordering.
+    s.flush();
+    snaps.push(snapshot(
+        &s,
+        started,
+        min_share,
+        snaps.len(),
+        args.snapshots.as_deref(),
+    )?);
+    let rows = if args.all_tasks {
+        (0..s.tasks().len())
+            .filter(|&i| !s.tasks()[i].agent)
+            .collect()
+    } else {
+        s.active_tasks(min_share)
+    };
+    let m = s.matrix_of(&rows);
+    let tasks = s.tasks();
+    write(&args.out, &m.to_csv())?;
+    let mut table = String::from("index,tid,pid,comm,first_seen_ms,exited,agent,row\n");
+    for (i, t) in tasks.iter().enumerate() {
+        let row = rows
+            .iter()
+            .position(|&r| r == i)
+            .map_or(String::new(), |r| r.to_string());
+        table += &format!(
+            "{i},{},{},{},{:.3},{},{},{row}\n",
+            t.tid,
+            t.pid,
+            t.comm.replace([',', '\n'], "_"),
+            t.first_seen_ms,
+            t.exited,
+            t.agent
+        );
+    }
+    write(&with_suffix(&args.out, ".tasks.csv"), &table)?;
+    let stats = s.stats();
+    let doc = Document {
+        schema: "huddle.detect/1",
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        block_size: args.block_size,
+        granularity: cfg.granularity,
+        exit_status: exit.shell_status(),
+        rows: &rows,
+        matrix: m.to_rows(),
+        tasks: &tasks,
+        sources: s.sources(),
+        agent_notes: s.agent_notes(),
+        stats: stats.clone(),
+        snapshots: &snaps,
+    };
+    let json = serde_json::to_string_pretty(&doc)?;
+    write(&args.out.with_extension("json"), &json)?;
+    if let Some(d) = &args.snapshots {
+        write(
+            &d.join("snapshots.json"),
+            &serde_json::to_string_pretty(&snaps)?,
+        )?;
+    }
+    if args.json {
+        println!("{json}");
+    }
+    if stats.comm_events == 0 {
+        eprintln!(
+            "huddle: warning: no communication detected ({} faults from {} tasks); the matrix is all zeros",
+            stats.faults,
+            tasks.len()
+        );
+    }
+    if stats.perf_lost + stats.agent_dropped > 0 {
+        eprintln!(
+            "huddle: warning: {} perf records and {} agent records were lost",
+            stats.perf_lost, stats.agent_dropped
+        );
+    }
+    eprintln!(
+        "huddle: {} tasks in the matrix ({} seen), {} faults, {} communication events -> {}",
+        rows.len(),
+        tasks.len(),
+        stats.faults,
+        stats.comm_events,
+        args.out.display()
+    );
+    Ok(exit.shell_status())
+}
+
+fn snapshot(
+    s: &Session,
+    started: Instant,
+    min_share: f64,
+    n: usize,
+    dir: Option<&Path>,
+) -> anyhow::Result<Snapshot> {
+    let rows = s.active_tasks(min_share);
+    let m = s.matrix_of(&rows);
+    if let Some(d) = dir {
+        write(&d.join(format!("snapshot-{n:04}.csv")), &m.to_csv())?;
+    }
+    let st = s.stats();
+    Ok(Snapshot {
+        t_s: started.elapsed().as_secs_f64(),
+        rows,
+        matrix: m.to_rows(),
+        faults: st.faults,
+        comm_events: st.comm_events,
+    })
+}

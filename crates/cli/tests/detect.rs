@@ -1,0 +1,217 @@
+//! `huddle detect` end to end, on the ground-truth workloads (needs the agent library:
+//! `cargo build -p agent`, which `make test` and `cargo test --workspace` do).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn huddle() -> &'static str {
+    env!("CARGO_BIN_EXE_huddle")
+}
+
+fn agent() -> PathBuf {
+    let dir = Path::new(huddle()).parent().expect("binary dir");
+    let p = dir.join("libhuddle_agent.so");
+    assert!(
+        p.is_file(),
+        "{} missing: run `cargo build -p agent` first",
+        p.display()
+    );
+    p
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("huddle-detect-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+fn detect(dir: &Path, extra: &[&str], cmd: &[&str]) -> std::process::Output {
+    let out = dir.join("m.csv");
+    let mut c = Command::new(huddle());
+    c.env("HUDDLE_AGENT", agent())
+        .arg("detect")
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .arg("--")
+        .args(cmd);
+    c.output().expect("huddle runs")
+}
+
+/// Rank of each matrix row, through the workload's own list of task ids.
+fn ranks(doc: &serde_json::Value, wl: &serde_json::Value, processes: bool) -> Vec<usize> {
+    let ids: Vec<u64> = wl["tids"]
+        .as_array()
+        .expect("tids")
+        .iter()
+        .filter_map(|v| v.as_u64())
+        .collect();
+    let tasks = doc["tasks"].as_array().expect("tasks");
+    doc["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            let t = &tasks[r.as_u64().expect("row index") as usize];
+            let id = if processes {
+                t["pid"].as_u64()
+            } else {
+                t["tid"].as_u64()
+            };
+            ids.iter()
+                .position(|&x| Some(x) == id)
+                .expect("every row is a workload task")
+        })
+        .collect()
+}
+
+#[test]
+fn distant_pairs_processes_strongest_partner_is_i_plus_4() {
+    let d = tmp("dp-proc");
+    let wl_dir = d.join("wl");
+    let o = detect(
+        &d,
+        &["--processes"],
+        &[
+            huddle(),
+            "workload",
+            "distant-pairs",
+            "--processes",
+            "8",
+            "--seconds",
+            "3",
+            "--out-dir",
+            wl_dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let doc = json(&d.join("m.json"));
+    let wl = json(&wl_dir.join("workload.json"));
+    let r = ranks(&doc, &wl, true);
+    assert_eq!(
+        r.len(),
+        8,
+        "the 8 workload processes, launcher left out: {r:?}"
+    );
+    let m = matrix::CommMatrix::read(&d.join("m.csv")).expect("matrix CSV");
+    assert_eq!(m.n(), 8);
+    for i in 0..8 {
+        let best = (0..8)
+            .filter(|&j| j != i)
+            .max_by(|&a, &b| m.get(i, a).total_cmp(&m.get(i, b)))
+            .unwrap();
+        assert_eq!(
+            r[best],
+            (r[i] + 4) % 8,
+            "rank {}: strongest partner rank {} (row {:?})",
+            r[i],
+            r[best],
+            m.row(i)
+        );
+        assert!(m.get(i, best) > 0.0);
+    }
+    assert!(d.join("m.tasks.csv").is_file());
+}
+
+#[test]
+fn checksum_is_the_same_with_and_without_detection() {
+    let d = tmp("checksum");
+    let plain = d.join("plain");
+    let o = Command::new(huddle())
+        .args([
+            "workload",
+            "ring",
+            "--processes",
+            "4",
+            "--seconds",
+            "1",
+            "--out-dir",
+            plain.to_str().unwrap(),
+        ])
+        .output()
+        .expect("workload runs");
+    assert!(o.status.success());
+    let watched = d.join("watched");
+    let o = detect(
+        &d,
+        &[],
+        &[
+            huddle(),
+            "workload",
+            "ring",
+            "--processes",
+            "4",
+            "--seconds",
+            "1",
+            "--out-dir",
+            watched.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let a = json(&plain.join("workload.json"));
+    let b = json(&watched.join("workload.json"));
+    assert_eq!(a["checksum"], b["checksum"]);
+    assert_eq!(b["read_errors"].as_u64(), Some(0));
+}
+
+#[test]
+fn command_not_found_exits_127() {
+    let d = tmp("notfound");
+    let o = detect(&d, &[], &["huddle-no-such-command-xyz"]);
+    assert_eq!(o.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("huddle-no-such-command-xyz: command not found"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn crashing_target_still_writes_the_matrix_and_passes_its_status_on() {
+    let d = tmp("crash");
+    let wl_dir = d.join("wl");
+    let script = format!(
+        "{} workload distant-pairs --processes 4 --seconds 1 --out-dir {} >/dev/null; kill -SEGV $$",
+        huddle(),
+        wl_dir.display()
+    );
+    let o = detect(&d, &[], &["sh", "-c", &script]);
+    assert_eq!(
+        o.status.code(),
+        Some(128 + 11),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let m = matrix::CommMatrix::read(&d.join("m.csv")).expect("matrix written");
+    assert!(m.n() >= 4, "the workload's tasks are in it");
+    assert!(
+        m.total() > 0.0,
+        "and what they communicated before the crash"
+    );
+    let doc = json(&d.join("m.json"));
+    assert_eq!(doc["exit_status"].as_i64(), Some(139));
+}
+
+#[test]
+fn bad_block_size_is_bad_input() {
+    let d = tmp("block");
+    let o = detect(&d, &["--block-size", "100"], &["true"]);
+    assert_eq!(o.status.code(), Some(2));
+}
