@@ -154,7 +154,16 @@ pub struct Engine {
     /// Set once the job aborts: no more progress, so no write into buffers the caller may
     /// have given up on.
     poisoned: bool,
+    stats: Stats,
     pub spin: Spin,
+}
+
+/// Messages this rank started, by transport.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub eager: u64,
+    pub pipelined: u64,
+    pub single_copy: u64,
 }
 
 // Requests hold raw pointers to user buffers; the engine lives behind one lock and the MPI
@@ -235,6 +244,7 @@ impl Engine {
             unexp_order: VecDeque::new(),
             queued: 0,
             poisoned: false,
+            stats: Stats::default(),
             spin: Spin::default(),
         };
         if let Some(p) = std::env::var("HUDDLE_MSG_SPIN")
@@ -353,6 +363,10 @@ impl Engine {
         self.rules[class as usize] = r;
     }
 
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
     pub fn single_copy_available(&self) -> bool {
         self.single_copy
     }
@@ -427,6 +441,13 @@ impl Engine {
         } else {
             rule.fragment
         };
+        if single_copy {
+            self.stats.single_copy += 1;
+        } else if len <= fragment {
+            self.stats.eager += 1;
+        } else {
+            self.stats.pipelined += 1;
+        }
         let id = self.alloc(Req {
             kind: Kind::Send {
                 ctx,

@@ -1,0 +1,330 @@
+//! Jobs of this test binary itself, started through the launcher: each test re-runs as N
+//! ranks (the launcher sets HUDDLE_MSG_RANK), with pair classes and rules forced so that on a
+//! 2-PU machine every transport (eager, pipelined with odd fragments, single copy), ring
+//! wrap-around and back-pressure, the futex sleep and the failure path all run.
+
+use huddle_msg::coll::{self, Comm};
+use huddle_msg::engine::{Engine, ANY};
+use huddle_msg::launch::{self, Launch, RankEnd};
+use huddle_msg::ops::{Op, Type};
+use huddle_msg::rules::{Class, Rule, NCLASS};
+use huddle_msg::shm::JobSpec;
+use huddle_msg::MsgError;
+use std::time::{Duration, Instant};
+
+fn in_rank() -> bool {
+    std::env::var_os("HUDDLE_MSG_RANK").is_some()
+}
+
+fn cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+/// Classes by pair so that a 4-rank job has core, l3 and remote pairs.
+fn class_of(a: usize, b: usize) -> Class {
+    if a == b {
+        return Class::Core;
+    }
+    [Class::Core, Class::L3, Class::Remote][(a + b) % 3]
+}
+
+fn rules() -> [Rule; NCLASS] {
+    let mut r = [Rule {
+        eager_limit: 256,
+        fragment: 1000,
+        single_copy_threshold: u64::MAX,
+    }; NCLASS];
+    r[Class::L3 as usize] = Rule {
+        eager_limit: 4096,
+        fragment: 4096,
+        single_copy_threshold: 20_000,
+    };
+    r[Class::Remote as usize] = Rule {
+        eager_limit: 64,
+        fragment: 8192,
+        single_copy_threshold: 1000,
+    };
+    r
+}
+
+fn spec(n: usize, same_pu: bool) -> JobSpec {
+    JobSpec {
+        pu_os: (0..n as u32)
+            .map(|r| if same_pu { 0 } else { r % cpus() })
+            .collect(),
+        // Two "packages" of two ranks, so the collective trees have two levels.
+        keys: (0..n as u32).map(|r| [r / 2, 0, r / 2, r, r]).collect(),
+        classes: (0..n * n).map(|i| class_of(i / n, i % n)).collect(),
+        rules: rules(),
+        // Small rings: records wrap and senders wait for space.
+        ring_bytes: 64 * 1024,
+    }
+}
+
+fn run(test: &str, job: JobSpec) -> launch::Outcome {
+    let exe = std::env::current_exe().unwrap();
+    launch::run(Launch {
+        program: exe.into(),
+        args: vec![
+            test.into(),
+            "--exact".into(),
+            "--nocapture".into(),
+            "--test-threads=1".into(),
+        ],
+        job,
+        grace: Duration::from_secs(20),
+    })
+    .unwrap()
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn byte(src: usize, seq: usize, i: usize) -> u8 {
+    (src * 31 + seq * 7 + i * 13) as u8
+}
+
+/// Everyone's plan: (dst, tag, len) per message, from a shared seed.
+fn plan(n: usize, msgs: usize) -> Vec<Vec<(usize, i32, usize)>> {
+    (0..n)
+        .map(|s| {
+            let mut g = Rng(0x9E37_79B9_7F4A_7C15 ^ ((s as u64 + 1) * 1_000_003));
+            (0..msgs)
+                .map(|_| {
+                    let r = g.next();
+                    let len = match r % 4 {
+                        0 => (r >> 8) as usize % 300,
+                        1 => (r >> 8) as usize % 9000,
+                        _ => (r >> 8) as usize % 100_000,
+                    };
+                    ((r >> 32) as usize % n, ((r >> 40) % 3) as i32, len.max(16))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn traffic(e: &mut Engine) -> Result<(), MsgError> {
+    let (me, n) = (e.rank(), e.size());
+    let p = plan(n, 120);
+    let bufs: Vec<Vec<u8>> = p[me]
+        .iter()
+        .enumerate()
+        .map(|(seq, &(_, _, len))| {
+            let mut b: Vec<u8> = (0..len).map(|i| byte(me, seq, i)).collect();
+            b[..8].copy_from_slice(&(seq as u64).to_le_bytes());
+            b
+        })
+        .collect();
+    let sends: Vec<usize> = p[me]
+        .iter()
+        .zip(&bufs)
+        .map(|(&(dst, tag, _), b)| unsafe { e.isend(b.as_ptr(), b.len() as u64, dst, 0, tag) })
+        .collect();
+    let expect: usize = p.iter().flatten().filter(|m| m.0 == me).count();
+    let mut next = vec![0usize; n];
+    let mut buf = vec![0u8; 100_000];
+    for _ in 0..expect {
+        let st = e.recv(&mut buf, ANY, 0, ANY)?;
+        let src = st.source as usize;
+        let seq = u64::from_le_bytes(buf[..8].try_into().unwrap()) as usize;
+        assert!(
+            seq >= next[src],
+            "from {src}: seq {seq} after {}",
+            next[src]
+        );
+        next[src] = seq + 1;
+        let (dst, tag, len) = p[src][seq];
+        assert_eq!((dst, tag, len as u64), (me, st.tag, st.bytes));
+        for (i, &b) in buf[8..len].iter().enumerate() {
+            assert_eq!(
+                b,
+                byte(src, seq, i + 8),
+                "from {src} seq {seq} byte {}",
+                i + 8
+            );
+        }
+    }
+    e.wait_until(|e| sends.iter().all(|&s| e.is_done(s)))?;
+    for s in sends {
+        e.release(s);
+    }
+    Ok(())
+}
+
+fn collectives(e: &mut Engine) -> Result<(), MsgError> {
+    let (me, n) = (e.rank(), e.size());
+    let mut world = Comm::new((0..n).collect(), n, me, 0);
+    let count = 300_000usize;
+    let mut acc: Vec<u8> = (0..count as u64)
+        .flat_map(|i| (i * (me as u64 + 1)).to_ne_bytes())
+        .collect();
+    coll::allreduce(e, &mut world, &mut acc, Type::Uint64, Op::Sum)?;
+    let factor = (n * (n + 1) / 2) as u64;
+    for (i, c) in acc.chunks(8).enumerate().step_by(997) {
+        assert_eq!(u64::from_ne_bytes(c.try_into().unwrap()), i as u64 * factor);
+    }
+    for root in 0..n {
+        let mut b: Vec<u8> = if me == root {
+            (0..400_000).map(|i| (i * 3 + root) as u8).collect()
+        } else {
+            vec![0; 400_000]
+        };
+        coll::bcast(e, &mut world, &mut b, root)?;
+        assert!(b
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x == (i * 3 + root) as u8));
+    }
+    let block = 50_000;
+    let send: Vec<u8> = (0..n * block)
+        .map(|i| (me * 17 + i / block) as u8)
+        .collect();
+    let mut recv = vec![0u8; n * block];
+    let counts = vec![block; n];
+    let displs: Vec<usize> = (0..n).map(|r| r * block).collect();
+    unsafe {
+        coll::alltoallv(
+            e,
+            &mut world,
+            send.as_ptr(),
+            &counts,
+            &displs,
+            recv.as_mut_ptr(),
+            &counts,
+            &displs,
+        )?
+    };
+    for r in 0..n {
+        assert!(recv[r * block..(r + 1) * block]
+            .iter()
+            .all(|&x| x == (r * 17 + me) as u8));
+    }
+    coll::barrier(e, &mut world)
+}
+
+#[test]
+fn every_transport_under_random_traffic() {
+    if in_rank() {
+        let mut e = Engine::from_env().unwrap();
+        traffic(&mut e).unwrap();
+        // Rank 0 has a core, an l3 and a remote peer: every transport must have carried data.
+        let st = e.stats();
+        if e.rank() == 0 {
+            assert!(st.eager > 0 && st.pipelined > 0, "{st:?}");
+            assert_eq!(st.single_copy > 0, e.single_copy_available(), "{st:?}");
+        }
+        collectives(&mut e).unwrap();
+        e.mark_finalized();
+        return;
+    }
+    let out = run("every_transport_under_random_traffic", spec(4, false));
+    assert_eq!(out.failure, None);
+    assert!(
+        out.ends.iter().all(|e| *e == RankEnd::Exited(0)),
+        "{:?}",
+        out.ends
+    );
+}
+
+#[test]
+fn oversubscribed_ranks_sleep_instead_of_spinning() {
+    if in_rank() {
+        let mut e = Engine::from_env().unwrap();
+        // Almost no spinning: every wait goes to the futex.
+        e.spin.polls = 2;
+        e.spin.yields = 0;
+        let (me, n) = (e.rank(), e.size());
+        let mut token = [0u8; 8];
+        for lap in 0..300u64 {
+            if me == 0 {
+                token = (lap * n as u64).to_le_bytes();
+                e.send(&token, 1, 0, 1).unwrap();
+                e.recv(&mut token, (n - 1) as i32, 0, 1).unwrap();
+                assert_eq!(u64::from_le_bytes(token), lap * n as u64 + n as u64 - 1);
+            } else {
+                e.recv(&mut token, (me - 1) as i32, 0, 1).unwrap();
+                let v = u64::from_le_bytes(token) + 1;
+                e.send(&v.to_le_bytes(), (me + 1) % n, 0, 1).unwrap();
+            }
+        }
+        traffic(&mut e).unwrap();
+        let mut world = Comm::new((0..n).collect(), n, me, 0);
+        coll::barrier(&mut e, &mut world).unwrap();
+        e.mark_finalized();
+        return;
+    }
+    let start = Instant::now();
+    let out = run(
+        "oversubscribed_ranks_sleep_instead_of_spinning",
+        spec(5, true),
+    );
+    assert_eq!(out.failure, None);
+    assert!(
+        out.ends.iter().all(|e| *e == RankEnd::Exited(0)),
+        "{:?}",
+        out.ends
+    );
+    assert!(start.elapsed() < Duration::from_secs(240));
+}
+
+#[test]
+fn a_dying_rank_fails_the_others() {
+    if in_rank() {
+        let mut e = Engine::from_env().unwrap();
+        let mut world = Comm::new((0..e.size()).collect(), e.size(), e.rank(), 0);
+        coll::barrier(&mut e, &mut world).unwrap();
+        if e.rank() == 2 {
+            std::process::abort();
+        }
+        let mut b = [0u8; 4];
+        match e.recv(&mut b, 2, 0, 0) {
+            Err(MsgError::Aborted { rank: 2, .. }) => std::process::exit(3),
+            other => panic!("receive from a dead rank returned {other:?}"),
+        }
+    }
+    let start = Instant::now();
+    let out = run("a_dying_rank_fails_the_others", spec(3, false));
+    let f = out.failure.expect("the job failed");
+    assert!(f.contains("rank 2") && f.contains("signal 6"), "{f}");
+    assert_eq!(out.ends[0], RankEnd::Exited(3));
+    assert_eq!(out.ends[1], RankEnd::Exited(3));
+    assert_eq!(out.ends[2], RankEnd::Signaled(6));
+    assert_eq!(out.status, 134);
+    // The others saw the failure themselves, well before the 20 s grace ran out.
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn bad_segments_are_refused() {
+    if in_rank() {
+        return;
+    }
+    let f = tempfile_fd(b"not a huddle segment at all, just some bytes");
+    assert!(huddle_msg::shm::Segment::attach(f).is_err());
+    let mut bad = spec(2, false);
+    bad.classes.pop();
+    assert!(huddle_msg::shm::Segment::create(&bad).is_err());
+}
+
+fn tempfile_fd(content: &[u8]) -> i32 {
+    use std::io::Write;
+    use std::os::fd::IntoRawFd;
+    let path = std::env::temp_dir().join(format!("huddle-msg-bad-{}", std::process::id()));
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(content).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    f.into_raw_fd()
+}
