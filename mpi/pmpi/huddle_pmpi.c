@@ -280,13 +280,15 @@ static int cinfo_delete(MPI_Comm c, int key, void *val, void *extra)
 static const struct cinfo *comm_info(MPI_Comm c)
 {
     if (c == MPI_COMM_WORLD) return &world_info;
-    if (c == last_comm && last_info) return last_info;
+    if (!g.multiple && c == last_comm && last_info) return last_info; /* single-threaded cache */
     if (g.keyval == MPI_KEYVAL_INVALID || c == MPI_COMM_NULL) return NULL;
     void *v = NULL;
     int flag = 0;
     if (PMPI_Comm_get_attr(c, g.keyval, &v, &flag) == MPI_SUCCESS && flag) {
-        last_comm = c;
-        last_info = v;
+        if (!g.multiple) {
+            last_comm = c;
+            last_info = v;
+        }
         return v;
     }
     struct cinfo *ci = calloc(1, sizeof *ci);
@@ -315,8 +317,10 @@ static const struct cinfo *comm_info(MPI_Comm c)
     PMPI_Group_free(&grp);
     PMPI_Group_free(&wgrp);
     PMPI_Comm_set_attr(c, g.keyval, ci);
-    last_comm = c;
-    last_info = ci;
+    if (!g.multiple) {
+        last_comm = c;
+        last_info = ci;
+    }
     return ci;
 }
 

@@ -34,7 +34,7 @@ fi
 
 # The Rust reader of the board, built once.
 (cd "$root" && cargo build -q -p simmer --example board) || { echo "pmpi tests: cannot build the board reader" >&2; exit 1; }
-board_reader=$root/target/debug/examples/board
+board_reader=${CARGO_TARGET_DIR:-$root/target}/debug/examples/board
 
 for impl in "${impls[@]}"; do
   for np in 2 3 4 8; do
