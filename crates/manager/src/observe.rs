@@ -34,6 +34,10 @@ impl Observer for Detected {
         self.session.poll()
     }
 
+    fn wait(&self, timeout: std::time::Duration) {
+        self.session.wait(timeout);
+    }
+
     fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
         let rows = self.program_rows();
         let all = self.session.tasks();

@@ -33,6 +33,11 @@ pub trait Observer {
     fn pid(&self) -> u32;
     /// Processes pending events; returns how many were processed.
     fn poll(&mut self) -> u64;
+    /// Blocks up to `timeout`, returning early when events pile up (a ring buffer reached
+    /// its watermark), so the loop sleeps long without losing events.
+    fn wait(&self, timeout: Duration) {
+        std::thread::sleep(timeout);
+    }
     /// The matrix over every task seen so far, and those tasks, in the same order.
     fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>);
     /// Ages the matrix after a migration (M -= M >> 2) so new behaviour shows quickly.
@@ -111,7 +116,8 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         .collect();
     let exit = loop {
         // Sleep in short slices so exits and signals are handled promptly.
-        // Events are drained every slice, so per-CPU buffers never wait a whole interval.
+        // Events are drained after every slice; a slice ends early when a buffer fills, and
+        // lasts at most 100 ms so exits and signals are handled promptly.
         let wake = Instant::now() + Duration::from_millis(cfg.controller.interval_ms);
         let mut exit = None;
         let mut events = 0;
@@ -121,7 +127,8 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             if exit.is_none() && !obs.alive() {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            let left = wake.saturating_duration_since(Instant::now());
+            obs.wait(left.min(Duration::from_millis(100)));
             events += obs.poll();
         }
         events += obs.poll();
