@@ -26,6 +26,9 @@ const TAG_BARRIER: i32 = 3;
 const TAG_GATHER: i32 = 4;
 const TAG_SCATTER: i32 = 5;
 const TAG_ALLTOALL: i32 = 6;
+const TAG_ALLREDUCE: i32 = 7;
+/// Allreduce up to this size uses recursive doubling (latency-bound) on power-of-two sizes.
+const ALLREDUCE_SMALL: usize = 2048;
 
 /// One communicator as seen by this rank.
 pub struct Comm {
@@ -249,7 +252,9 @@ pub fn reduce(
     wait_all(e, &sends)
 }
 
-/// Reduce to rank 0 then broadcast, both along the topology tree and pipelined.
+/// Small messages on power-of-two communicators: recursive doubling, whose first steps pair
+/// neighbouring ranks (the nearest PUs under compact placement). Otherwise reduce to rank 0
+/// then broadcast, both along the topology tree and pipelined.
 pub fn allreduce(
     e: &mut Engine,
     c: &mut Comm,
@@ -257,6 +262,39 @@ pub fn allreduce(
     ty: Type,
     op: Op,
 ) -> Result<(), MsgError> {
+    let n = c.size();
+    if n > 1 && n.is_power_of_two() && acc.len() <= ALLREDUCE_SMALL {
+        let mut theirs = vec![0u8; acc.len()];
+        let mut mask = 1;
+        while mask < n {
+            let partner = c.me ^ mask;
+            let w = c.ranks[partner];
+            // Safety: both buffers outlive the two requests, which are waited for here.
+            let ids = unsafe {
+                [
+                    e.irecv(
+                        theirs.as_mut_ptr(),
+                        theirs.len() as u64,
+                        w as i32,
+                        c.coll(),
+                        TAG_ALLREDUCE,
+                        None,
+                    ),
+                    e.isend(acc.as_ptr(), acc.len() as u64, w, c.coll(), TAG_ALLREDUCE),
+                ]
+            };
+            wait_all(e, &ids)?;
+            // Lower rank's operand first everywhere, so every rank gets the same bits.
+            if partner < c.me {
+                ops::reduce(op, ty, &mut theirs, acc);
+                acc.copy_from_slice(&theirs);
+            } else {
+                ops::reduce(op, ty, acc, &theirs);
+            }
+            mask <<= 1;
+        }
+        return Ok(());
+    }
     reduce(e, c, acc, ty, op, 0)?;
     bcast(e, c, acc, 0)
 }

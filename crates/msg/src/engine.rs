@@ -952,6 +952,9 @@ impl Engine {
     /// Polls until `done` holds: a bounded spin, a few yields, then futex sleeps (so that
     /// ranks sharing a core let each other run). Fails if the job is aborting.
     pub fn wait_until(&mut self, mut done: impl FnMut(&Engine) -> bool) -> Result<(), MsgError> {
+        if done(self) {
+            return Ok(());
+        }
         let mut spins: u32 = 0;
         loop {
             self.progress();

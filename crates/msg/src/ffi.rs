@@ -11,7 +11,7 @@ use crate::ops::{self, Op, Type};
 use crate::MsgError;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 pub type MPI_Comm = c_int;
@@ -67,7 +67,7 @@ struct Lib {
 
 static LIB: Mutex<Option<Lib>> = Mutex::new(None);
 static STATE: Mutex<(bool, bool)> = Mutex::new((false, false)); // (initialized, finalized)
-static START: Mutex<Option<Instant>> = Mutex::new(None);
+static START: OnceLock<Instant> = OnceLock::new();
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -268,7 +268,7 @@ fn init() -> c_int {
             next_ctx: 4,
             thread_level: 0,
         });
-        *lock(&START) = Some(Instant::now());
+        START.get_or_init(Instant::now);
         st.0 = true;
         MPI_SUCCESS
     });
@@ -360,8 +360,7 @@ pub unsafe extern "C" fn MPI_Abort(_comm: MPI_Comm, code: c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn MPI_Wtime() -> f64 {
-    let start = *lock(&START);
-    match start {
+    match START.get() {
         Some(s) => s.elapsed().as_secs_f64(),
         None => {
             let mut ts = libc::timespec {
