@@ -101,8 +101,9 @@ for impl in "${impls[@]}"; do
     fail "$impl: default path: $lines announcements, path '$path'"
   fi
 
-  # No MPI_Finalize: a clear line per rank, no hang, no matrix.
-  export HUDDLE_RANK_MATRIX=$work/nofin.csv
+  # No MPI_Finalize: a clear line per rank, no hang, no matrix. (Boards of these two runs go to
+  # $work: nobody finalizes them, so the agent leaves them for a reader.)
+  export HUDDLE_RANK_MATRIX=$work/nofin.csv HUDDLE_BOARD=$work/nofin.board
   launch "$impl" 2 "$builds/$impl/nofinalize" >"$work/log" 2>&1
   rc=$?
   if [ "$rc" != 124 ] && [ "$rc" != 137 ] && grep -q "exited without calling MPI_Finalize" "$work/log" && [ ! -e "$work/nofin.csv" ]; then
@@ -112,7 +113,9 @@ for impl in "${impls[@]}"; do
   fi
   unset HUDDLE_RANK_MATRIX
 
-  # A rank that crashes while another waits on it: the job ends with an error, no hang.
+  # A rank that crashes while another waits on it: the job ends with an error, no hang, and
+  # the reader sees the crashed rank as not alive.
+  export HUDDLE_BOARD=$work/crash.board
   launch "$impl" 3 "$builds/$impl/crash" >"$work/log" 2>&1
   rc=$?
   if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ]; then
@@ -120,6 +123,12 @@ for impl in "${impls[@]}"; do
   else
     fail "$impl: crashing rank: exit $rc"
   fi
+  if "$board_reader" "$HUDDLE_BOARD" | grep -q '"alive": false'; then
+    pass "$impl: the board reader reports the crashed rank as not alive"
+  else
+    fail "$impl: crashed rank not reported dead on the board"
+  fi
+  unset HUDDLE_BOARD
 done
 
 # No MPI installed: the build says so in one line (PATH without any mpicc).
