@@ -1,6 +1,6 @@
 //! The huddle agent: a shared library `huddle detect` preloads (LD_PRELOAD) into the target.
 //!
-//! A helper thread wakes every `HUDDLE_AGENT_INTERVAL_MS` (10 ms, as in CDSM) and re-arms a
+//! A re-arm thread wakes every `HUDDLE_AGENT_INTERVAL_MS` (10 ms, as in CDSM) and re-arms a
 //! random sample of the process's data pages, at most `max(rate * eligible pages, floor)`
 //! pages per second, so that the next access to them faults again and the detector sees
 //! who touches them. It never changes what the program computes:
@@ -8,12 +8,19 @@
 //! * Shared mappings (MAP_SHARED files, shmem, /dev/zero): `madvise(MADV_DONTNEED)` drops
 //!   the page-table entries only; the data stays in the page cache / shmem and the next
 //!   access (read or write) takes a minor fault that maps it again.
-//! * Private anonymous memory (heap, anonymous mmap): dropping PTEs would discard data, and
-//!   `mprotect` would make `read(2)`/`write(2)` into the page fail with EFAULT. The agent
-//!   uses userfaultfd write-protection instead: a write (from user code or from the kernel
-//!   inside a system call) blocks until the helper thread lifts the protection, which it
-//!   does at once, recording (tid, address). Reads do not fault: private memory is seen
-//!   through its writers only.
+//! * Private anonymous memory (heap, anonymous mmap, thread stacks): dropping PTEs alone
+//!   would discard data, and `mprotect` would make `read(2)`/`write(2)` into the page fail
+//!   with EFAULT. The agent registers these mappings with a userfaultfd (missing +
+//!   write-protect) and drops a page without losing it: write-protect it (writers wait),
+//!   copy it aside (process_vm_readv), MADV_DONTNEED, lift the protection. The next access
+//!   by any task, read or write, from user code or inside a system call, is a missing-page
+//!   fault that the agent's fault thread resolves by copying the contents back
+//!   (UFFDIO_COPY); pages never touched get the zero page (UFFDIO_ZEROPAGE). At most 32
+//!   pages are out at a time; one untouched for 1 s is put back. REMOVE/UNMAP/REMAP events
+//!   keep the saved copies right when the program itself discards or moves memory, every
+//!   saved page is put back before fork (pthread_atfork), and EAGAIN from the kernel (a
+//!   mapping change in flight) is retried after that change completes, never treated as
+//!   done.
 //!
 //! Never re-armed: code and read-only mappings, file-backed private mappings (library data),
 //! anonymous memory right after a file mapping (a .bss), thread stacks (mappings right above
@@ -27,13 +34,19 @@
 //! the helper lifts the protection. A stack is written by its own thread, so it adds no
 //! false communication, only spends budget.
 //!
-//! The helper thread blocks all signals and makes system calls only (no malloc, no locks
-//! the program could hold), so a program thread stopped on a write-protected page can never
-//! wait on it. Without `HUDDLE_AGENT_DIR` in the environment the library does nothing.
+//! Two helper threads (both named `huddle-agent`, on stacks of their own): the re-arm thread
+//! and the fault thread, which resolves userfaultfd messages at once. Both block all
+//! signals and make system calls only (no malloc, no locks the program could hold), so a
+//! program thread stopped on a protected or dropped page never waits on the program.
+//!
+//! Not covered: a page pinned for DMA (O_DIRECT, io_uring fixed buffers, RDMA) while it is
+//! dropped would keep receiving data in the old frame; raw fork(2)/clone(2) system calls
+//! that bypass pthread_atfork would give the child a dropped page as zeros. Run with
+//! `--no-private` (HUDDLE_AGENT_PRIVATE=0) for such programs. Without `HUDDLE_AGENT_DIR` in the environment the library does nothing.
 
 use detect::ring::{self, RingView};
 use libc::{c_int, c_ulong, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 // userfaultfd ABI (linux/userfaultfd.h).
 const UFFD_API: u64 = 0xAA;
@@ -42,12 +55,22 @@ const UFFDIO_REGISTER: c_ulong = 0xc020_aa00;
 const UFFDIO_UNREGISTER: c_ulong = 0x8010_aa01;
 const UFFDIO_WAKE: c_ulong = 0x8010_aa02;
 const UFFDIO_WRITEPROTECT: c_ulong = 0xc018_aa06;
+const UFFDIO_COPY: c_ulong = 0xc028_aa03;
+const UFFDIO_ZEROPAGE: c_ulong = 0xc020_aa04;
+const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
 const UFFDIO_REGISTER_MODE_WP: u64 = 2;
 const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1;
+const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 2;
+const UFFD_FEATURE_EVENT_REMOVE: u64 = 1 << 3;
+const UFFD_FEATURE_EVENT_UNMAP: u64 = 1 << 6;
 const UFFD_FEATURE_THREAD_ID: u64 = 1 << 8;
 const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+const UFFD_EVENT_REMAP: u8 = 0x14;
+const UFFD_EVENT_REMOVE: u8 = 0x15;
+const UFFD_EVENT_UNMAP: u8 = 0x16;
 const UFFD_PAGEFAULT_FLAG_WP: u64 = 2;
-const IOCTL_WRITEPROTECT_BIT: u64 = 1 << 6;
+/// The registration must offer UFFDIO_COPY, UFFDIO_ZEROPAGE and UFFDIO_WRITEPROTECT.
+const IOCTLS_NEEDED: u64 = (1 << 3) | (1 << 4) | (1 << 6);
 
 #[repr(C)]
 struct UffdioApi {
@@ -73,16 +96,49 @@ struct UffdioWriteprotect {
     mode: u64,
 }
 #[repr(C)]
+struct UffdioCopy {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copy: i64,
+}
+#[repr(C)]
+struct UffdioZeropage {
+    range: UffdioRange,
+    mode: u64,
+    zeropage: i64,
+}
+/// uffd_msg: the union's words. Page fault: (flags, address, ptid); remap: (from, to,
+/// len); remove/unmap: (start, end, -).
+#[repr(C)]
 #[derive(Clone, Copy)]
 struct UffdMsg {
     event: u8,
     _r1: u8,
     _r2: u16,
     _r3: u32,
-    flags: u64,
-    address: u64,
-    ptid: u32,
-    _pad: u32,
+    a0: u64,
+    a1: u64,
+    a2: u64,
+}
+
+/// Private pages dropped at a time (their contents wait here until the next access).
+const SAVED: usize = 32;
+const PAGE: usize = 4096;
+/// A dropped page nobody touched within this time is put back.
+const SAVED_MAX_NS: u64 = 1_000_000_000;
+
+#[derive(Clone, Copy)]
+struct Saved {
+    /// Page address; 0 when the slot is free.
+    addr: u64,
+    since: u64,
+    /// Page of our own MADV_DONTNEED still to be seen (0: none): the REMOVE event it raises is ours,
+    /// not the program discarding the page (the event is read, and the madvise returns,
+    /// before the fault thread gets to handle it).
+    own_remove: u64,
+    data: [u8; PAGE],
 }
 
 const MAX_REGIONS: usize = 4096;
@@ -114,7 +170,6 @@ struct State {
     total_pages: u64,
     excluded: [(u64, u64); 4],
     maps: [u8; MAPS_BUF],
-    msgs: [UffdMsg; MSGS],
     /// Pages that faulted (private) or were found mapped again (shared) since re-armed.
     hot: [(u64, bool); HOT],
     nhot: usize,
@@ -123,6 +178,10 @@ struct State {
     probe: [u64; HOT],
     nprobe: usize,
     pagemap: c_int,
+    saved: [Saved; SAVED],
+    /// Every range registered with our uffd (under the lock), for stepping back.
+    registered: [(u64, u64); MAX_REGIONS],
+    nregistered: usize,
 }
 
 impl State {
@@ -146,6 +205,10 @@ static UFFD: AtomicI32 = AtomicI32::new(-1);
 static BUSY: AtomicBool = AtomicBool::new(false);
 /// Set once the program uses userfaultfd itself.
 static YIELDED: AtomicBool = AtomicBool::new(false);
+/// No new private page may be dropped (fork or yield in progress).
+static HOLD: AtomicBool = AtomicBool::new(false);
+/// The private page being dropped right now (0: none).
+static DROPPING: AtomicU64 = AtomicU64::new(0);
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
 
 fn lock() {
@@ -188,11 +251,75 @@ extern "C" fn agent_init() {
 }
 
 extern "C" fn before_fork() {
-    lock();
+    // The child has no userfaultfd: every dropped page must be back before it is copied.
+    // SAFETY: restores pages through our own uffd; takes the lock until after fork.
+    unsafe { quiesce() };
 }
 
 extern "C" fn after_fork_parent() {
+    HOLD.store(YIELDED.load(Ordering::Acquire), Ordering::Release);
     unlock();
+}
+
+/// Stops new drops, waits for the one in flight, puts every dropped page back, and
+/// returns holding the lock.
+unsafe fn quiesce() {
+    HOLD.store(true, Ordering::Release);
+    while DROPPING.load(Ordering::Acquire) != 0 {
+        libc::sched_yield();
+    }
+    let st = STATE.load(Ordering::Acquire);
+    loop {
+        lock();
+        let mut left = false;
+        if !st.is_null() && (*st).uffd >= 0 {
+            for i in 0..SAVED {
+                if (*st).saved[i].addr != 0 && !restore(&mut *st, i) {
+                    left = true;
+                }
+            }
+        }
+        if !left {
+            return;
+        }
+        // Let the fault thread read the pending event that made the kernel say EAGAIN.
+        unlock();
+        libc::sched_yield();
+    }
+}
+
+/// Puts saved page `i` back (caller holds the lock). False when the kernel said EAGAIN
+/// (the program is changing its mappings; an event is pending): the slot is kept and the
+/// caller retries later, never spinning with the lock held.
+unsafe fn restore(st: &mut State, i: usize) -> bool {
+    let slot = &mut st.saved[i];
+    let mut c = UffdioCopy {
+        dst: slot.addr,
+        src: slot.data.as_ptr() as u64,
+        len: PAGE as u64,
+        mode: 0,
+        copy: 0,
+    };
+    if uffd_ioctl(st.uffd, UFFDIO_COPY, &mut c as *mut _ as *mut c_void) != 0
+        && errno() == libc::EAGAIN
+    {
+        return false;
+    }
+    // Copied, or EEXIST (already back), or the range is gone: the slot is done.
+    let mut rg = UffdioRange {
+        start: slot.addr,
+        len: PAGE as u64,
+    };
+    uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
+    slot.addr = 0;
+    true
+}
+
+/// A free slot: no page, and no REMOVE event of ours still to come for it.
+fn free_slot(st: &State) -> Option<usize> {
+    st.saved
+        .iter()
+        .position(|x| x.addr == 0 && x.own_remove == 0)
 }
 
 extern "C" fn after_fork_child() {
@@ -214,6 +341,8 @@ extern "C" fn after_fork_child() {
         }
     }
     UFFD.store(-1, Ordering::Release);
+    DROPPING.store(0, Ordering::Release);
+    HOLD.store(false, Ordering::Release);
     unlock();
     start();
 }
@@ -278,20 +407,25 @@ fn start() {
         }
         UFFD.store((*st).uffd, Ordering::Release);
         STATE.store(st, Ordering::Release);
-        // The helper runs on a stack of our own, so that its range is known and excluded.
-        let stack = own_mapping(HELPER_STACK);
-        // Excluded before the helper exists: it must never protect its own stack.
-        (*st).excluded[2] = (stack as u64, stack as u64 + HELPER_STACK as u64);
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        libc::pthread_attr_init(&mut attr);
-        let mut tid: libc::pthread_t = 0;
-        if stack.is_null()
-            || libc::pthread_attr_setstack(&mut attr, stack, HELPER_STACK) != 0
-            || libc::pthread_create(&mut tid, &attr, helper, st as *mut c_void) != 0
-        {
-            view.header().errors.fetch_add(1, Ordering::Relaxed);
+        // The helpers run on stacks of our own, so that their ranges are known and excluded
+        // before they exist: they must never drop or protect their own stacks.
+        let stacks = [own_mapping(HELPER_STACK), own_mapping(HELPER_STACK)];
+        for (k, stack) in stacks.iter().enumerate() {
+            (*st).excluded[2 + k] = (*stack as u64, *stack as u64 + HELPER_STACK as u64);
         }
-        libc::pthread_attr_destroy(&mut attr);
+        let mains: [extern "C" fn(*mut c_void) -> *mut c_void; 2] = [fault_main, rearm_main];
+        for (stack, main) in stacks.into_iter().zip(mains) {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            libc::pthread_attr_init(&mut attr);
+            let mut tid: libc::pthread_t = 0;
+            if stack.is_null()
+                || libc::pthread_attr_setstack(&mut attr, stack, HELPER_STACK) != 0
+                || libc::pthread_create(&mut tid, &attr, main, st as *mut c_void) != 0
+            {
+                view.header().errors.fetch_add(1, Ordering::Relaxed);
+            }
+            libc::pthread_attr_destroy(&mut attr);
+        }
     }
 }
 
@@ -380,9 +514,14 @@ unsafe fn open_uffd() -> Result<c_int, i32> {
     } else {
         fd
     };
+    // REMOVE/UNMAP/REMAP events tell us when the program itself discards or moves memory
+    // that holds a dropped page, so we never put back data it threw away.
     let mut api = UffdioApi {
         api: UFFD_API,
-        features: UFFD_FEATURE_THREAD_ID,
+        features: UFFD_FEATURE_THREAD_ID
+            | UFFD_FEATURE_EVENT_REMOVE
+            | UFFD_FEATURE_EVENT_UNMAP
+            | UFFD_FEATURE_EVENT_REMAP,
         ioctls: 0,
     };
     if uffd_ioctl(fd, UFFDIO_API, &mut api as *mut _ as *mut c_void) != 0 {
@@ -403,24 +542,199 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-extern "C" fn helper(arg: *mut c_void) -> *mut c_void {
-    // SAFETY: arg is the State mapping, used only by this thread (and fork handlers under BUSY).
+/// Common start of both helper threads: no signals (a program handler must never run
+/// here), a recognisable name.
+unsafe fn helper_prologue(st: *mut State) -> RingView {
+    let mut all: libc::sigset_t = std::mem::zeroed();
+    libc::sigfillset(&mut all);
+    libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    libc::prctl(
+        libc::PR_SET_NAME,
+        c"huddle-agent".as_ptr() as c_ulong,
+        0,
+        0,
+        0,
+    );
+    let view = RingView::new((*st).ring);
+    view.header()
+        .helper_tid
+        .store(libc::gettid() as u32, Ordering::Relaxed);
+    view
+}
+
+/// The fault thread: resolves every userfaultfd message at once.
+extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: arg is the State mapping; fields shared with the re-arm thread are only
+    // touched under the lock (saved pages, hot list).
     unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
-        libc::prctl(
-            libc::PR_SET_NAME,
-            c"huddle-agent".as_ptr() as c_ulong,
-            0,
-            0,
-            0,
-        );
+        let st = arg as *mut State;
+        let view = helper_prologue(st);
+        let fd = (*st).uffd;
+        if fd < 0 {
+            return std::ptr::null_mut();
+        }
+        let empty = UffdMsg {
+            event: 0,
+            _r1: 0,
+            _r2: 0,
+            _r3: 0,
+            a0: 0,
+            a1: 0,
+            a2: 0,
+        };
+        let mut msgs = [empty; MSGS];
+        // Faults the kernel answered EAGAIN for (a mapping change is pending): retried after
+        // the next read, which lets that change complete.
+        let mut deferred = [empty; 4 * MSGS];
+        let mut ndeferred = 0usize;
+        loop {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let timeout = if ndeferred > 0 { 1 } else { 1000 };
+            if libc::poll(&mut pfd, 1, timeout) > 0 {
+                let n = libc::read(
+                    fd,
+                    msgs.as_mut_ptr() as *mut c_void,
+                    std::mem::size_of_val(&msgs),
+                );
+                let count = if n > 0 {
+                    (n as usize / std::mem::size_of::<UffdMsg>()).min(MSGS)
+                } else {
+                    0
+                };
+                for m in &msgs[..count] {
+                    if !handle(&mut *st, &view, m) && ndeferred < deferred.len() {
+                        deferred[ndeferred] = *m;
+                        ndeferred += 1;
+                    }
+                }
+            }
+            let mut keep = 0;
+            for k in 0..ndeferred {
+                let m = deferred[k];
+                if !handle(&mut *st, &view, &m) {
+                    deferred[keep] = m;
+                    keep += 1;
+                }
+            }
+            ndeferred = keep;
+        }
+    }
+}
+
+/// Handles one message; false when it must be retried (EAGAIN).
+unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
+    let page_mask = !(st.page - 1);
+    match m.event {
+        UFFD_EVENT_PAGEFAULT => {
+            let page = m.a1 & page_mask;
+            let range = UffdioRange {
+                start: page,
+                len: st.page,
+            };
+            if m.a0 & UFFD_PAGEFAULT_FLAG_WP != 0 {
+                // A writer hit a page being saved: it is woken when the drop completes;
+                // waking it now would let it write into the copy being taken.
+                if DROPPING.load(Ordering::Acquire) == page {
+                    return true;
+                }
+                let mut wp = UffdioWriteprotect { range, mode: 0 };
+                if uffd_ioctl(
+                    st.uffd,
+                    UFFDIO_WRITEPROTECT,
+                    &mut wp as *mut _ as *mut c_void,
+                ) != 0
+                {
+                    if errno() == libc::EAGAIN {
+                        return false;
+                    }
+                    view.header().errors.fetch_add(1, Ordering::Relaxed);
+                }
+            } else {
+                // Missing: a page we dropped (put its contents back) or one never touched.
+                lock();
+                let slot = st.saved.iter().position(|x| x.addr == page);
+                let done = match slot {
+                    Some(i) => restore(st, i),
+                    None => {
+                        let mut z = UffdioZeropage {
+                            range,
+                            mode: 0,
+                            zeropage: 0,
+                        };
+                        uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) == 0
+                            || errno() != libc::EAGAIN
+                    }
+                };
+                if done {
+                    st.add_hot(page, false);
+                }
+                unlock();
+                if !done {
+                    return false;
+                }
+                if slot.is_none() {
+                    // First touch, not a re-armed page: the detector sees it through perf.
+                    let mut rg = range;
+                    uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
+                    return true;
+                }
+            }
+            let mut rg = range;
+            uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
+            view.header().handled.fetch_add(1, Ordering::Relaxed);
+            view.push(ring::Record {
+                time: monotonic_ns(),
+                addr: m.a1,
+                tid: m.a2 as u32,
+                kind: ring::KIND_WRITE_FAULT,
+            });
+            true
+        }
+        UFFD_EVENT_REMOVE | UFFD_EVENT_UNMAP => {
+            // The program discarded [a0, a1): its dropped pages there must stay discarded.
+            lock();
+            let own = st
+                .saved
+                .iter()
+                .position(|x| x.own_remove == m.a0 && m.a1 == m.a0 + PAGE as u64);
+            match own {
+                // Our own drop: the page is saved on purpose.
+                Some(i) => st.saved[i].own_remove = 0,
+                None => {
+                    for x in st.saved.iter_mut() {
+                        if x.addr != 0 && m.a0 <= x.addr && x.addr < m.a1 {
+                            x.addr = 0;
+                        }
+                    }
+                }
+            }
+            unlock();
+            true
+        }
+        UFFD_EVENT_REMAP => {
+            lock();
+            for x in st.saved.iter_mut() {
+                if x.addr != 0 && m.a0 <= x.addr && x.addr < m.a0 + m.a2 {
+                    x.addr = x.addr - m.a0 + m.a1;
+                }
+            }
+            unlock();
+            true
+        }
+        _ => true,
+    }
+}
+
+/// The re-arm thread: every tick, spends the page budget.
+extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: see fault_main.
+    unsafe {
         let st = &mut *(arg as *mut State);
-        let view = RingView::new(st.ring);
-        view.header()
-            .helper_tid
-            .store(libc::gettid() as u32, Ordering::Relaxed);
+        let view = helper_prologue(st);
         st.pagemap = libc::open(
             c"/proc/self/pagemap".as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC,
@@ -433,34 +747,21 @@ extern "C" fn helper(arg: *mut c_void) -> *mut c_void {
             }
         }
         let period = st.interval_ms as u64 * 1_000_000;
-        let mut next_tick = monotonic_ns();
-        let mut last = next_tick;
+        let mut last = monotonic_ns();
         let mut tick: u64 = 0;
         loop {
+            let ts = libc::timespec {
+                tv_sec: (period / 1_000_000_000) as libc::time_t,
+                tv_nsec: (period % 1_000_000_000) as libc::c_long,
+            };
+            libc::nanosleep(&ts, std::ptr::null_mut());
             let now = monotonic_ns();
-            let wait_ms = (next_tick.saturating_sub(now) / 1_000_000) as c_int;
-            if st.uffd >= 0 && !YIELDED.load(Ordering::Acquire) {
-                let mut pfd = libc::pollfd {
-                    fd: st.uffd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                if libc::poll(&mut pfd, 1, wait_ms) > 0 {
-                    resolve_faults(st, &view);
-                }
-            } else if wait_ms > 0 {
-                libc::usleep(wait_ms as u32 * 1000);
-            }
-            let now = monotonic_ns();
-            if now < next_tick {
-                continue;
-            }
-            next_tick = now + period;
             if tick.is_multiple_of(10) || st.nregions == 0 {
                 scan_maps(st, &view);
             }
             tick += 1;
             view.header().ticks.fetch_add(1, Ordering::Relaxed);
+            expire(st, now);
             let dt = (now - last) as f64 / 1e9;
             last = now;
             let per_s = (st.rate * st.total_pages as f64).max(st.floor);
@@ -476,52 +777,12 @@ extern "C" fn helper(arg: *mut c_void) -> *mut c_void {
     }
 }
 
-/// Lifts write protection for every pending fault and records who wrote where.
-unsafe fn resolve_faults(st: &mut State, view: &RingView) {
+/// Puts back dropped pages nobody touched for a while, freeing their slots.
+unsafe fn expire(st: &mut State, now: u64) {
     lock();
-    let n = libc::read(
-        st.uffd,
-        st.msgs.as_mut_ptr() as *mut c_void,
-        std::mem::size_of::<[UffdMsg; MSGS]>(),
-    );
-    if n > 0 {
-        let count = n as usize / std::mem::size_of::<UffdMsg>();
-        let time = monotonic_ns();
-        for i in 0..count.min(MSGS) {
-            let m = st.msgs[i];
-            if m.event != UFFD_EVENT_PAGEFAULT {
-                continue;
-            }
-            let page = m.address & !(st.page - 1);
-            let range = UffdioRange {
-                start: page,
-                len: st.page,
-            };
-            let r = if m.flags & UFFD_PAGEFAULT_FLAG_WP != 0 {
-                let mut wp = UffdioWriteprotect { range, mode: 0 };
-                uffd_ioctl(
-                    st.uffd,
-                    UFFDIO_WRITEPROTECT,
-                    &mut wp as *mut _ as *mut c_void,
-                )
-            } else {
-                let mut rg = range;
-                uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void)
-            };
-            if r != 0 {
-                // Never leave a thread stuck: wake it whatever happened.
-                let mut rg = range;
-                uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
-                view.header().errors.fetch_add(1, Ordering::Relaxed);
-            }
-            view.header().handled.fetch_add(1, Ordering::Relaxed);
-            st.add_hot(page, false);
-            view.push(ring::Record {
-                time,
-                addr: m.address,
-                tid: m.ptid,
-                kind: ring::KIND_WRITE_FAULT,
-            });
+    for i in 0..SAVED {
+        if st.saved[i].addr != 0 && now.saturating_sub(st.saved[i].since) > SAVED_MAX_NS {
+            restore(st, i);
         }
     }
     unlock();
@@ -634,12 +895,19 @@ unsafe fn scan_maps(st: &mut State, view: &RingView) {
                     start,
                     len: end - start,
                 },
-                mode: UFFDIO_REGISTER_MODE_WP,
+                mode: UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP,
                 ioctls: 0,
             };
-            let ok = !YIELDED.load(Ordering::Acquire)
+            let known = st.registered[..st.nregistered].contains(&(start, end));
+            let room = known || st.nregistered < MAX_REGIONS;
+            let ok = room
+                && !YIELDED.load(Ordering::Acquire)
                 && uffd_ioctl(st.uffd, UFFDIO_REGISTER, &mut reg as *mut _ as *mut c_void) == 0
-                && reg.ioctls & IOCTL_WRITEPROTECT_BIT != 0;
+                && reg.ioctls & IOCTLS_NEEDED == IOCTLS_NEEDED;
+            if ok && !known {
+                st.registered[st.nregistered] = (start, end);
+                st.nregistered += 1;
+            }
             unlock();
             if !ok {
                 continue;
@@ -681,7 +949,9 @@ unsafe fn check_probes(st: &mut State) {
         if libc::pread(st.pagemap, &mut entry as *mut u64 as *mut c_void, 8, off) == 8
             && entry >> 63 == 1
         {
+            lock();
             st.add_hot(page, true);
+            unlock();
         }
     }
     st.nprobe = 0;
@@ -689,9 +959,15 @@ unsafe fn check_probes(st: &mut State) {
 
 /// Re-arms `n` pages from the hot list, round robin.
 unsafe fn rearm_hot(st: &mut State, view: &RingView, n: u64) {
-    for _ in 0..n.min(st.nhot as u64) {
+    for _ in 0..n {
+        lock();
+        if st.nhot == 0 {
+            unlock();
+            return;
+        }
         st.hot_next = (st.hot_next + 1) % st.nhot;
         let (page, shared) = st.hot[st.hot_next];
+        unlock();
         // Only pages still inside a candidate region (the program may have unmapped it).
         let live = st.regions[..st.nregions]
             .iter()
@@ -714,27 +990,101 @@ unsafe fn rearm_page(st: &mut State, view: &RingView, addr: u64, shared: bool) {
             view.header().errors.fetch_add(1, Ordering::Relaxed);
         }
     } else {
-        lock();
-        let ok = !YIELDED.load(Ordering::Acquire) && {
-            let mut wp = UffdioWriteprotect {
-                range: UffdioRange {
-                    start: addr,
-                    len: st.page,
-                },
-                mode: UFFDIO_WRITEPROTECT_MODE_WP,
-            };
-            uffd_ioctl(
-                st.uffd,
-                UFFDIO_WRITEPROTECT,
-                &mut wp as *mut _ as *mut c_void,
-            ) == 0
-        };
+        drop_private(st, view, addr);
+    }
+}
+
+/// Drops a private page without losing it: write-protect (writers wait), copy it aside,
+/// MADV_DONTNEED, lift the protection. The next access by any task (read or write, from
+/// user code or inside a system call) is a missing-page fault that the fault thread
+/// resolves by copying the contents back (UFFDIO_COPY), recording who touched it.
+unsafe fn drop_private(st: &mut State, view: &RingView, page: u64) {
+    if st.page as usize != PAGE || st.uffd < 0 {
+        return;
+    }
+    lock();
+    let slot = free_slot(st);
+    let (Some(i), false) = (
+        slot,
+        HOLD.load(Ordering::Acquire) || YIELDED.load(Ordering::Acquire),
+    ) else {
         unlock();
-        if ok {
-            view.header()
-                .rearmed_private
-                .fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    if st.saved.iter().any(|x| x.addr == page) {
+        unlock();
+        return;
+    }
+    DROPPING.store(page, Ordering::SeqCst);
+    unlock();
+    let range = UffdioRange {
+        start: page,
+        len: PAGE as u64,
+    };
+    let mut wp = UffdioWriteprotect {
+        range,
+        mode: UFFDIO_WRITEPROTECT_MODE_WP,
+    };
+    if uffd_ioctl(
+        st.uffd,
+        UFFDIO_WRITEPROTECT,
+        &mut wp as *mut _ as *mut c_void,
+    ) != 0
+    {
+        DROPPING.store(0, Ordering::SeqCst);
+        return;
+    }
+    // process_vm_readv, not a plain copy: if the program unmapped the page meanwhile, this
+    // fails with EFAULT instead of crashing the process.
+    let local = libc::iovec {
+        iov_base: st.saved[i].data.as_mut_ptr() as *mut c_void,
+        iov_len: PAGE,
+    };
+    let remote = libc::iovec {
+        iov_base: page as *mut c_void,
+        iov_len: PAGE,
+    };
+    let copied = libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == PAGE as isize;
+    let mut dropped = false;
+    if copied {
+        lock();
+        st.saved[i].addr = page;
+        st.saved[i].since = monotonic_ns();
+        st.saved[i].own_remove = page;
+        unlock();
+        dropped = libc::madvise(page as *mut c_void, PAGE, libc::MADV_DONTNEED) == 0;
+    }
+    loop {
+        let mut un = UffdioWriteprotect { range, mode: 0 };
+        if uffd_ioctl(
+            st.uffd,
+            UFFDIO_WRITEPROTECT,
+            &mut un as *mut _ as *mut c_void,
+        ) == 0
+            || errno() != libc::EAGAIN
+        {
+            break;
         }
+        libc::sched_yield();
+    }
+    let mut rg = range;
+    uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
+    if copied && !dropped {
+        lock();
+        if st.saved[i].addr == page {
+            st.saved[i].own_remove = 0;
+            // On EAGAIN the slot stays; expire() puts the page back later.
+            restore(st, i);
+        }
+        unlock();
+    }
+    DROPPING.store(0, Ordering::SeqCst);
+    if dropped {
+        view.header()
+            .rearmed_private
+            .fetch_add(1, Ordering::Relaxed);
+    } else {
+        view.header().errors.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -786,20 +1136,20 @@ unsafe fn rearm(st: &mut State, view: &RingView, n: u64) {
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     let ours = UFFD.load(Ordering::Acquire);
     if request == UFFDIO_REGISTER && ours >= 0 && fd != ours && !YIELDED.load(Ordering::Acquire) {
-        lock();
+        // Every dropped page back first, then no registration of ours left in the way.
+        quiesce();
         YIELDED.store(true, Ordering::Release);
         let st = STATE.load(Ordering::Acquire);
         if !st.is_null() {
-            for i in 0..(*st).nregions {
-                let r = (*st).regions[i];
-                if !r.shared {
-                    let mut rg = UffdioRange {
-                        start: r.start,
-                        len: r.end - r.start,
-                    };
-                    uffd_ioctl(ours, UFFDIO_UNREGISTER, &mut rg as *mut _ as *mut c_void);
-                }
+            for i in 0..(*st).nregistered {
+                let (start, end) = (*st).registered[i];
+                let mut rg = UffdioRange {
+                    start,
+                    len: end - start,
+                };
+                uffd_ioctl(ours, UFFDIO_UNREGISTER, &mut rg as *mut _ as *mut c_void);
             }
+            (*st).nregistered = 0;
             if !(*st).ring.is_null() {
                 let h = RingView::new((*st).ring);
                 h.header()

@@ -71,18 +71,20 @@ fn ranks(doc: &serde_json::Value, wl: &serde_json::Value, processes: bool) -> Ve
         .collect()
 }
 
-#[test]
-fn distant_pairs_processes_strongest_partner_is_i_plus_4() {
-    let d = tmp("dp-proc");
+fn distant_pairs(mode: &str) {
+    let d = tmp(&format!("dp-{mode}"));
     let wl_dir = d.join("wl");
+    let processes = mode == "processes";
+    let extra: &[&str] = if processes { &["--processes"] } else { &[] };
+    let flag = format!("--{mode}");
     let o = detect(
         &d,
-        &["--processes"],
+        extra,
         &[
             huddle(),
             "workload",
             "distant-pairs",
-            "--processes",
+            &flag,
             "8",
             "--seconds",
             "3",
@@ -98,12 +100,13 @@ fn distant_pairs_processes_strongest_partner_is_i_plus_4() {
     );
     let doc = json(&d.join("m.json"));
     let wl = json(&wl_dir.join("workload.json"));
-    let r = ranks(&doc, &wl, true);
     assert_eq!(
-        r.len(),
-        8,
-        "the 8 workload processes, launcher left out: {r:?}"
+        wl["read_errors"].as_u64(),
+        Some(0),
+        "detection never changes the program's data"
     );
+    let r = ranks(&doc, &wl, processes);
+    assert_eq!(r.len(), 8, "the 8 workload tasks, launcher left out: {r:?}");
     let m = matrix::CommMatrix::read(&d.join("m.csv")).expect("matrix CSV");
     assert_eq!(m.n(), 8);
     for i in 0..8 {
@@ -125,14 +128,24 @@ fn distant_pairs_processes_strongest_partner_is_i_plus_4() {
 }
 
 #[test]
-fn checksum_is_the_same_with_and_without_detection() {
-    let d = tmp("checksum");
+fn distant_pairs_processes_strongest_partner_is_i_plus_4() {
+    distant_pairs("processes");
+}
+
+#[test]
+fn distant_pairs_threads_strongest_partner_is_i_plus_4() {
+    distant_pairs("threads");
+}
+
+fn same_checksum(mode: &str) {
+    let d = tmp(&format!("checksum-{mode}"));
+    let flag = format!("--{mode}");
     let plain = d.join("plain");
     let o = Command::new(huddle())
         .args([
             "workload",
             "ring",
-            "--processes",
+            &flag,
             "4",
             "--seconds",
             "1",
@@ -150,7 +163,7 @@ fn checksum_is_the_same_with_and_without_detection() {
             huddle(),
             "workload",
             "ring",
-            "--processes",
+            &flag,
             "4",
             "--seconds",
             "1",
@@ -168,6 +181,17 @@ fn checksum_is_the_same_with_and_without_detection() {
     let b = json(&watched.join("workload.json"));
     assert_eq!(a["checksum"], b["checksum"]);
     assert_eq!(b["read_errors"].as_u64(), Some(0));
+}
+
+#[test]
+fn checksum_is_the_same_with_and_without_detection_processes() {
+    same_checksum("processes");
+}
+
+#[test]
+fn checksum_is_the_same_with_and_without_detection_threads() {
+    // Threads share private memory: the agent drops and restores it (userfaultfd).
+    same_checksum("threads");
 }
 
 #[test]

@@ -16,7 +16,7 @@ pub const CAPACITY: u32 = 1 << 15;
 /// Why private (non-shared) memory is or is not being re-armed.
 pub mod private_mode {
     pub const OFF: u32 = 0;
-    /// userfaultfd write-protect is active.
+    /// userfaultfd drop-and-restore is active.
     pub const UFFD_WP: u32 = 1;
     /// The program uses userfaultfd itself; the agent stepped back.
     pub const YIELDED_TO_PROGRAM: u32 = 2;
@@ -36,9 +36,9 @@ pub struct Header {
     pub dropped: AtomicU64,
     /// Pages of shared mappings whose PTEs were dropped (MADV_DONTNEED).
     pub rearmed_shared: AtomicU64,
-    /// Pages of private anonymous memory write-protected (userfaultfd).
+    /// Pages of private anonymous memory dropped (saved aside, userfaultfd).
     pub rearmed_private: AtomicU64,
-    /// Write-protect faults the agent resolved.
+    /// Faults on re-armed pages the agent resolved.
     pub handled: AtomicU64,
     /// Pages eligible for re-arming at the last scan of /proc/self/maps.
     pub candidate_pages: AtomicU64,
@@ -50,7 +50,7 @@ pub struct Header {
     pub ticks: AtomicU64,
 }
 
-/// A fault the agent resolved itself: task `tid` wrote `addr` at `time` (CLOCK_MONOTONIC ns).
+/// A fault the agent resolved itself: task `tid` touched `addr` at `time` (CLOCK_MONOTONIC ns).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(C)]
 pub struct Record {

@@ -43,7 +43,7 @@ pub struct AgentConfig {
     pub rearm_floor: u32,
     /// Helper wake-up period (CDSM: 10 ms).
     pub interval_ms: u32,
-    /// Also re-arm private anonymous memory (userfaultfd write-protect; sees writes only).
+    /// Also re-arm private anonymous memory (userfaultfd drop and restore; see the agent).
     pub private_memory: bool,
 }
 
@@ -443,7 +443,8 @@ impl Session {
                     a.rearm_floor,
                     a.interval_ms,
                     if a.private_memory {
-                        "by userfaultfd write-protect (writes fault, reads do not)"
+                        "by userfaultfd: dropped after being copied aside, put back on the next \
+                         access (reads and writes fault)"
                     } else {
                         "not at all (disabled)"
                     },
