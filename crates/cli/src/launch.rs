@@ -63,6 +63,9 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
+/// Ranks per job: the segment holds n*n rings.
+const MAX_RANKS: usize = 1024;
+
 /// One PU (logical index) per rank: from --bind, else from the mapping crate's algorithm
 /// (baselines need no matrix; matrix-driven algorithms need --matrix).
 pub fn placement(
@@ -72,8 +75,8 @@ pub fn placement(
     bind: &[String],
     matrix: Option<&PathBuf>,
 ) -> anyhow::Result<Vec<usize>> {
-    if n == 0 {
-        return Err(bad_input("-n must be at least 1"));
+    if n == 0 || n > MAX_RANKS {
+        return Err(bad_input(format!("-n {n}: must be 1..{MAX_RANKS}")));
     }
     if !bind.is_empty() {
         let pool: Vec<usize> = if bind.len() == 1 {

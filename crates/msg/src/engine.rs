@@ -644,10 +644,9 @@ impl Engine {
     fn take_unexpected(&mut self, u: usize, id: usize) {
         let e = self.unexp[u].as_mut().expect("live entry");
         if let Some((addr, token)) = e.rts {
-            let src = e.src;
-            let (ctx_tag, total) = ((e.ctx, e.tag), e.total);
+            let (src, tag, total) = (e.src, e.tag, e.total);
             self.free_unexp(u);
-            self.single_copy_into(id, src, ctx_tag.1, total, addr, token);
+            self.single_copy_into(id, src, tag, total, addr, token);
             return;
         }
         if (e.data.len() as u64) < e.total {
@@ -655,6 +654,22 @@ impl Engine {
             return;
         }
         self.finish_from_unexp(u, id);
+    }
+
+    /// Queues an unexpected message behind the earlier ones.
+    fn add_unexp(&mut self, e: Unexp) -> usize {
+        let u = match self.unexp_free.pop() {
+            Some(u) => {
+                self.unexp[u] = Some(e);
+                u
+            }
+            None => {
+                self.unexp.push(Some(e));
+                self.unexp.len() - 1
+            }
+        };
+        self.unexp_order.push_back(u);
+        u
     }
 
     fn free_unexp(&mut self, u: usize) {
@@ -680,12 +695,17 @@ impl Engine {
 
     fn complete_recv(&mut self, id: usize, src: usize, tag: i32, total: u64) {
         let r = self.req(id);
-        let (cap, ranks) = match &r.kind {
-            Kind::Recv { cap, ranks, .. } => (*cap, ranks.clone()),
+        let (cap, source) = match &r.kind {
+            Kind::Recv { cap, ranks, .. } => (
+                *cap,
+                ranks
+                    .as_ref()
+                    .map_or(src as i32, |m| m.get(src).copied().unwrap_or(-1)),
+            ),
             Kind::Send { .. } => unreachable!("receive request"),
         };
         r.status = Status {
-            source: ranks.map_or(src as i32, |m| m.get(src).copied().unwrap_or(-1)),
+            source,
             tag,
             error: if total > cap { ERR_TRUNCATE } else { 0 },
             bytes: total.min(cap),
@@ -784,29 +804,15 @@ impl Engine {
     fn on_first(&mut self, src: usize, rec: &Rec, payload: *const u8) {
         let target = match self.match_posted(src, rec.ctx, rec.tag) {
             Some(id) => Target::Req(id),
-            None => {
-                let e = Unexp {
-                    src,
-                    ctx: rec.ctx,
-                    tag: rec.tag,
-                    total: rec.total,
-                    data: Vec::with_capacity(rec.total as usize),
-                    rts: None,
-                    matched: None,
-                };
-                let u = match self.unexp_free.pop() {
-                    Some(u) => {
-                        self.unexp[u] = Some(e);
-                        u
-                    }
-                    None => {
-                        self.unexp.push(Some(e));
-                        self.unexp.len() - 1
-                    }
-                };
-                self.unexp_order.push_back(u);
-                Target::Unexp(u)
-            }
+            None => Target::Unexp(self.add_unexp(Unexp {
+                src,
+                ctx: rec.ctx,
+                tag: rec.tag,
+                total: rec.total,
+                data: Vec::with_capacity(rec.total as usize),
+                rts: None,
+                matched: None,
+            })),
         };
         let mut f = Inflight {
             target,
@@ -870,7 +876,7 @@ impl Engine {
         match self.match_posted(src, rec.ctx, rec.tag) {
             Some(id) => self.single_copy_into(id, src, rec.tag, rec.total, rec.addr, rec.token),
             None => {
-                let e = Unexp {
+                self.add_unexp(Unexp {
                     src,
                     ctx: rec.ctx,
                     tag: rec.tag,
@@ -878,9 +884,7 @@ impl Engine {
                     data: Vec::new(),
                     rts: Some((rec.addr, rec.token)),
                     matched: None,
-                };
-                self.unexp.push(Some(e));
-                self.unexp_order.push_back(self.unexp.len() - 1);
+                });
             }
         }
     }
