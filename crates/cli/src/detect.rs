@@ -79,6 +79,8 @@ struct Document<'a> {
     block_size: u64,
     granularity: Granularity,
     exit_status: i32,
+    /// CLOCK_MONOTONIC ns at the start; snapshot `t_s` and task `first_seen_ms` count from it.
+    start_monotonic_ns: u64,
     /// Task indexes (into `tasks`) of the matrix rows, in order.
     rows: &'a [usize],
     matrix: Vec<Vec<f64>>,
@@ -249,6 +251,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         block_size: args.block_size,
         granularity: cfg.granularity,
         exit_status: exit.shell_status(),
+        start_monotonic_ns: s.start_monotonic_ns(),
         rows: &rows,
         matrix: m.to_rows(),
         tasks: &tasks,
@@ -305,8 +308,9 @@ fn snapshot(
         write(&d.join(format!("snapshot-{n:04}.csv")), &m.to_csv())?;
     }
     let st = s.stats();
+    let _ = started;
     Ok(Snapshot {
-        t_s: started.elapsed().as_secs_f64(),
+        t_s: st.elapsed_s,
         rows,
         matrix: m.to_rows(),
         faults: st.faults,

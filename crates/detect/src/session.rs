@@ -510,6 +510,11 @@ impl Session {
         self.pid
     }
 
+    /// CLOCK_MONOTONIC time (ns) the session started; `first_seen_ms` counts from it.
+    pub fn start_monotonic_ns(&self) -> u64 {
+        self.t0_ns
+    }
+
     pub fn sources(&self) -> &[SourceStatus] {
         &self.sources
     }
