@@ -116,10 +116,13 @@ struct Rx {
     inflight: Option<Inflight>,
 }
 
-/// Progress tuning: polls before yielding, yields before sleeping, sleep slice (ms).
+/// Progress tuning: polls before yielding, yields before sleeping, sleep slice (ms). A rank
+/// alone on its PU keeps polling for at least `spin_us` (a wake-up costs more than a large
+/// copy takes); a rank sharing its PU stops after `polls` so that the others can run.
 #[derive(Clone, Copy, Debug)]
 pub struct Spin {
     pub polls: u32,
+    pub spin_us: u64,
     pub yields: u32,
     pub sleep_ms: u64,
 }
@@ -128,6 +131,7 @@ impl Default for Spin {
     fn default() -> Spin {
         Spin {
             polls: 4000,
+            spin_us: 1000,
             yields: 20,
             sleep_ms: 50,
         }
@@ -154,6 +158,8 @@ pub struct Engine {
     /// Set once the job aborts: no more progress, so no write into buffers the caller may
     /// have given up on.
     poisoned: bool,
+    /// Another rank of the job is pinned to this rank's PU.
+    shares_pu: bool,
     stats: Stats,
     pub spin: Spin,
 }
@@ -244,6 +250,7 @@ impl Engine {
             unexp_order: VecDeque::new(),
             queued: 0,
             poisoned: false,
+            shares_pu: false,
             stats: Stats::default(),
             spin: Spin::default(),
         };
@@ -253,6 +260,14 @@ impl Engine {
         {
             e.spin.polls = p;
         }
+        if let Some(us) = std::env::var("HUDDLE_MSG_SPIN_US")
+            .ok()
+            .and_then(|s| s.parse().ok())
+        {
+            e.spin.spin_us = us;
+        }
+        let my_pu = e.seg.rank(me).pu_os;
+        e.shares_pu = (0..n).any(|r| r != me && e.seg.rank(r).pu_os == my_pu);
         e.init_barrier(1)?;
         let peer = (me + 1) % n;
         if peer != me {
@@ -960,6 +975,8 @@ impl Engine {
             return Ok(());
         }
         let mut spins: u32 = 0;
+        let mut since = std::time::Instant::now();
+        let budget = std::time::Duration::from_micros(self.spin.spin_us);
         loop {
             self.progress();
             if done(self) {
@@ -970,7 +987,10 @@ impl Engine {
                 return Err(e);
             }
             spins += 1;
-            if spins < self.spin.polls {
+            if spins < self.spin.polls
+                || (!self.shares_pu && !spins.is_multiple_of(16))
+                || (!self.shares_pu && since.elapsed() < budget)
+            {
                 std::hint::spin_loop();
                 continue;
             }
@@ -989,6 +1009,7 @@ impl Engine {
             shm::futex_wait(&self.seg.rank(self.me).doorbell, seen, self.spin.sleep_ms);
             self.seg.rank(self.me).waiting.store(0, Ordering::SeqCst);
             spins = self.spin.polls / 2;
+            since = std::time::Instant::now();
         }
     }
 
