@@ -46,10 +46,10 @@ pub struct Args {
     #[arg(long)]
     pub no_agent: bool,
     /// Fraction of the program's mapped pages the agent re-arms per second (CDSM: 0.01)
-    #[arg(long, value_name = "F", default_value_t = 0.01)]
+    #[arg(long, value_name = "F", default_value_t = detect::DEFAULT_REARM_RATE)]
     pub rearm_rate: f64,
     /// Pages per second the agent re-arms at least (small programs have few pages)
-    #[arg(long, value_name = "N", default_value_t = 500)]
+    #[arg(long, value_name = "N", default_value_t = detect::DEFAULT_REARM_FLOOR)]
     pub rearm_floor: u32,
     /// Do not re-arm private anonymous memory (userfaultfd write-protect)
     #[arg(long)]
@@ -127,7 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         library: crate::agent::library(),
         rearm_rate: args.rearm_rate,
         rearm_floor: args.rearm_floor,
-        interval_ms: 10,
+        interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
         private_memory: !args.no_private,
     });
     let agent = match agent {

@@ -7,6 +7,8 @@ mod exit;
 mod launch;
 mod machine_args;
 mod map;
+mod report;
+mod run;
 mod topo;
 mod tune_msg;
 mod workload;
@@ -35,27 +37,36 @@ struct Cli {
 enum Command {
     /// Show the machine model: levels, caches, NUMA nodes, PU OS indexes (hwloc underneath)
     Topo(topo::Args),
+    /// Run a built-in workload whose communication is known; write its ground-truth matrix
+    Workload(workload::Args),
     /// Run a program with communication detection; write its task-by-task matrix
     Detect(detect::Args),
     /// Map tasks onto PUs from a communication matrix; --advise compares blocked/cyclic/mapped
     Map(map::Args),
+    /// Launch a program and move its tasks online so that communicating ones share caches
+    Run(run::RunArgs),
+    /// Manage an already running program (no extra faults: the agent cannot be preloaded)
+    Attach(run::AttachArgs),
+    /// Render the HTML report of a `huddle run --report DIR` directory again
+    Report(report::Args),
     /// Run an MPI program built with huddle-cc as N pinned ranks (huddle's message passing)
     Launch(launch::Args),
     /// Measure this machine's message-passing transports and store the per-class rule table
     TuneMsg(tune_msg::Args),
-    /// Run a built-in workload whose communication is known; write its ground-truth matrix
-    Workload(workload::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Topo(a) => topo::run(a),
+        Command::Workload(a) => workload::run(a),
         Command::Detect(a) => detect::run(a),
         Command::Map(a) => map::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Attach(a) => run::attach(a),
+        Command::Report(a) => report::run(a),
         Command::Launch(a) => launch::run(a),
         Command::TuneMsg(a) => tune_msg::run(a),
-        Command::Workload(a) => workload::run(a),
     };
     std::process::exit(exit::report(result));
 }

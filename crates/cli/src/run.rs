@@ -12,7 +12,8 @@ use std::path::PathBuf;
 pub struct Common {
     /// comm (map the detected communication continuously), static:ALGO (map once with ALGO:
     /// huddle, drb, greedy, treematch, scotch, compact, scatter, round-robin, random, identity),
-    /// none (observe and report only)
+    /// none (observe and report only), simmer (MPI programs: SIMMer's rules on the PMPI
+    /// agent's per-rank metrics and the protocol-processing core; see docs/pmpi.md)
     #[arg(long, default_value = "comm", value_name = "POLICY")]
     pub policy: String,
     /// Migrate only when the predicted communication cost falls by at least this many percent
@@ -36,6 +37,9 @@ pub struct Common {
     /// Treat each process, not each thread, as one task (for multi-process programs)
     #[arg(long)]
     pub processes: bool,
+    /// --policy simmer: act on a rule's decision from this confidence on (0..1)
+    #[arg(long, default_value_t = 0.6, value_name = "C")]
+    pub simmer_confidence: f64,
     /// Communication events needed before the first decision (first-touch noise guard)
     #[arg(long, default_value_t = manager::run::DEFAULT_MIN_TRAFFIC, value_name = "EVENTS")]
     pub min_traffic: f64,
@@ -97,9 +101,9 @@ fn detect_config(c: &Common, agent: bool) -> detect::Config {
         },
         agent: agent.then(|| detect::AgentConfig {
             library: crate::agent::library(),
-            rearm_rate: 0.01,
-            rearm_floor: 64,
-            interval_ms: 10,
+            rearm_rate: detect::DEFAULT_REARM_RATE,
+            rearm_floor: detect::DEFAULT_REARM_FLOOR,
+            interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
             private_memory: true,
         }),
         ..detect::Config::default()
@@ -115,8 +119,11 @@ fn check(
             c.threshold
         )));
     }
-    let policy = manager::policy::parse(&c.policy, c.seed).map_err(bad_input)?;
     let machine = c.machine.load()?;
+    let policy = match c.policy.as_str() {
+        "simmer" => simmer_policy(c, &machine)?,
+        other => manager::policy::parse(other, c.seed).map_err(bad_input)?,
+    };
     let counts = machine.counts();
     let description = format!(
         "{} ({} PUs, {} cores, {} L3, {} NUMA nodes)",
@@ -164,9 +171,56 @@ fn finish(c: &Common, data: &report::RunData) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The SIMMer policy reads the board the PMPI agent of every rank writes: name a private
+/// board for this run, and have the ranks preload the agent built for their MPI.
+fn simmer_policy(
+    c: &Common,
+    machine: &topology::Machine,
+) -> anyhow::Result<Box<dyn manager::policy::Policy>> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = simmer::board::default_dir();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)?;
+    let board = dir.join(format!("huddle-run-{}.board", std::process::id()));
+    std::env::set_var("HUDDLE_BOARD", &board);
+    if let Some(report) = &c.report {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(report)?;
+        std::env::set_var("HUDDLE_RANK_MATRIX", report.join("rank-matrix.csv"));
+    }
+    if !(0.0..=1.0).contains(&c.simmer_confidence) {
+        return Err(bad_input(format!(
+            "--simmer-confidence {}: must be within 0..1",
+            c.simmer_confidence
+        )));
+    }
+    Ok(Box::new(manager::simmer_policy::Simmer::new(
+        board,
+        machine.clone(),
+        c.simmer_confidence,
+    )))
+}
+
+/// Prepends a library to LD_PRELOAD for the program (the detection agent comes first).
+fn preload(lib: &std::path::Path) {
+    let mut v = lib.as_os_str().to_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        v.push(" ");
+        v.push(old);
+    }
+    std::env::set_var("LD_PRELOAD", v);
+}
+
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
-    let (target, policy, machine) = check(&args.common)?;
     let (program, rest) = args.command.split_first().expect("clap requires a command");
+    if args.common.policy == "simmer" {
+        preload(&crate::agent::pmpi_library(program).map_err(bad_input)?);
+    }
+    let (target, policy, machine) = check(&args.common)?;
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),
@@ -207,6 +261,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 }
 
 pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
+    if args.common.policy == "simmer" {
+        return Err(bad_input(
+            "--policy simmer needs the PMPI agent preloaded into the ranks: start the program with `huddle run`",
+        ));
+    }
     let (target, policy, machine) = check(&args.common)?;
     if args.pid <= 0 {
         return Err(bad_input(format!("{}: not a process id", args.pid)));

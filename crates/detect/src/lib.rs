@@ -50,5 +50,6 @@ pub mod signals;
 
 pub use session::{
     resolve_program, AgentConfig, Config, DetectError, Granularity, Session, SourceStatus, Stats,
-    Target, TargetExit, TaskInfo,
+    Target, TargetExit, TaskInfo, DEFAULT_AGENT_INTERVAL_MS, DEFAULT_REARM_FLOOR,
+    DEFAULT_REARM_RATE,
 };

@@ -32,6 +32,13 @@ pub enum Granularity {
     Process,
 }
 
+/// Default re-arm budget: CDSM's 1 % of the program's pages per second...
+pub const DEFAULT_REARM_RATE: f64 = 0.01;
+/// ... but at least this many pages per second (thread accuracy needed about 500).
+pub const DEFAULT_REARM_FLOOR: u32 = 500;
+/// Agent wake-up period (CDSM: 10 ms).
+pub const DEFAULT_AGENT_INTERVAL_MS: u32 = 10;
+
 /// The in-process agent (LD_PRELOAD) that makes pages fault again.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {

@@ -61,16 +61,25 @@ impl Controller {
     ) -> Verdict {
         let verdict = self.judge(now, current, current_cost, candidate, candidate_cost);
         match verdict {
-            Verdict::Migrate { .. } => {
-                self.interval_ms = (self.interval_ms / 2).max(MIN_MS);
-                if self.abandoned.len() == MEMORY {
-                    self.abandoned.pop_front();
-                }
-                self.abandoned.push_back((current.to_vec(), now));
-            }
-            Verdict::Keep { .. } => self.interval_ms = (self.interval_ms + STEP_MS).min(MAX_MS),
+            Verdict::Migrate { .. } => self.accept(now, current),
+            Verdict::Keep { .. } => self.hold(),
         }
         verdict
+    }
+
+    /// The mapping stays as it is (kept, or nothing was proposed): the interval grows.
+    pub fn hold(&mut self) {
+        self.interval_ms = (self.interval_ms + STEP_MS).min(MAX_MS);
+    }
+
+    /// Records a migration away from `current` that a policy decided by its own rules: the
+    /// interval halves and `current` joins the mappings not to return to.
+    pub fn accept(&mut self, now: f64, current: &[u32]) {
+        self.interval_ms = (self.interval_ms / 2).max(MIN_MS);
+        if self.abandoned.len() == MEMORY {
+            self.abandoned.pop_front();
+        }
+        self.abandoned.push_back((current.to_vec(), now));
     }
 
     fn judge(
@@ -127,11 +136,13 @@ mod tests {
             c.decide(0.0, &[0, 1], 10.0, &[0, 1], 10.0);
         }
         assert_eq!(c.interval_ms, 250);
+        c.hold();
+        assert_eq!(c.interval_ms, 300);
         assert!(matches!(
             c.decide(1.0, &[0, 1], 10.0, &[1, 0], 5.0),
             Verdict::Migrate { .. }
         ));
-        assert_eq!(c.interval_ms, 125);
+        assert_eq!(c.interval_ms, 150);
         for _ in 0..100 {
             c.decide(2.0, &[1, 0], 5.0, &[1, 0], 5.0);
         }

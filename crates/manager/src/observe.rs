@@ -38,6 +38,10 @@ impl Observer for Detected {
         self.session.wait(timeout);
     }
 
+    fn flush(&mut self) -> u64 {
+        self.session.flush()
+    }
+
     fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
         let rows = self.program_rows();
         let all = self.session.tasks();

@@ -1,27 +1,54 @@
-//! Policies: what mapping the manager should aim for. The loop asks the policy for a
+//! Policies: what placement the manager should aim for. The loop asks the policy for a
 //! candidate; [`crate::control::Controller`] decides whether moving to it is worth it.
-//! A new policy (SIMMer's network-aware rules) implements [`Policy`] and plugs in here.
+//! `comm`, `static:ALGO` and `none` live here; `simmer` in [`crate::simmer_policy`].
 
 use mapping::{Algorithm, Options, Target};
 use matrix::CommMatrix;
 
-/// A candidate mapping: one slot (global PU index of the target) per task.
+/// A candidate placement: one slot (global PU index of the target) per live task.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Proposal {
     pub slots: Vec<usize>,
     pub reason: String,
+    /// The policy judged the move itself (its own symptoms, confirmation and cooldown), so
+    /// the communication-cost threshold does not apply.
+    pub self_judged: bool,
+}
+
+/// What a policy sees at each decision: the live tasks, their communication and placement.
+pub struct Context<'a> {
+    /// Communication among the live tasks, in `tasks` order.
+    pub matrix: &'a CommMatrix,
+    pub target: &'a Target,
+    /// The slot each live task occupies now.
+    pub current: &'a [usize],
+    pub tasks: &'a [crate::run::TaskInfo],
 }
 
 pub trait Policy {
     fn name(&self) -> String;
-    /// A candidate for the tasks of `matrix` (live tasks only, in the matrix's order), given
-    /// the slot each task occupies now. None: nothing to propose (observe only).
-    fn propose(
-        &mut self,
-        matrix: &CommMatrix,
-        target: &Target,
-        current: &[usize],
-    ) -> Option<Proposal>;
+    /// A candidate placement of the live tasks. None: nothing to propose (observe only).
+    fn propose(&mut self, ctx: &Context) -> Option<Proposal>;
+    /// Whether the policy works from the detected matrix, so that it must wait for enough
+    /// traffic (`--min-traffic`) before its first proposal.
+    fn needs_traffic(&self) -> bool {
+        true
+    }
+    /// Notes for the report (what the policy saw, what it could not do).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Undoes changes made outside the program (interrupt steering) when the run ends.
+    fn finish(&mut self) {}
+}
+
+fn options(algorithm: Algorithm, seed: u64) -> Options {
+    Options {
+        algorithm,
+        seed,
+        oversubscribe: true,
+        ..Options::default()
+    }
 }
 
 /// `comm`: map the detected matrix with huddle's best algorithm at every interval.
@@ -35,25 +62,15 @@ impl Policy for Comm {
         "comm".into()
     }
 
-    fn propose(
-        &mut self,
-        matrix: &CommMatrix,
-        target: &Target,
-        _current: &[usize],
-    ) -> Option<Proposal> {
-        if matrix.n() == 0 || matrix.total() <= 0.0 {
+    fn propose(&mut self, ctx: &Context) -> Option<Proposal> {
+        if ctx.matrix.n() == 0 || ctx.matrix.total() <= 0.0 {
             return None;
         }
-        let opts = Options {
-            algorithm: self.algorithm,
-            seed: self.seed,
-            oversubscribe: true,
-            ..Options::default()
-        };
-        let m = mapping::map(matrix, target, &opts).ok()?;
+        let m = mapping::map(ctx.matrix, ctx.target, &options(self.algorithm, self.seed)).ok()?;
         Some(Proposal {
             slots: m.slots,
             reason: format!("{} mapping of the detected matrix", self.algorithm),
+            self_judged: false,
         })
     }
 }
@@ -81,33 +98,25 @@ impl Policy for Static {
         format!("static:{}", self.algorithm)
     }
 
-    fn propose(
-        &mut self,
-        matrix: &CommMatrix,
-        target: &Target,
-        _current: &[usize],
-    ) -> Option<Proposal> {
+    fn propose(&mut self, ctx: &Context) -> Option<Proposal> {
         let needs_matrix = !Algorithm::BASELINES.contains(&self.algorithm);
-        match &self.chosen {
-            // Tasks that appeared later keep the slots mapping gave the first ones; map again
-            // only if the task count changed.
-            Some(s) if s.len() == matrix.n() => {}
-            _ => {
-                if matrix.n() == 0 || (needs_matrix && matrix.total() <= 0.0) {
-                    return None;
-                }
-                let opts = Options {
-                    algorithm: self.algorithm,
-                    seed: self.seed,
-                    oversubscribe: true,
-                    ..Options::default()
-                };
-                self.chosen = Some(mapping::map(matrix, target, &opts).ok()?.slots);
+        // Map again only if the task count changed.
+        if self
+            .chosen
+            .as_ref()
+            .is_none_or(|s| s.len() != ctx.matrix.n())
+        {
+            if ctx.matrix.n() == 0 || (needs_matrix && ctx.matrix.total() <= 0.0) {
+                return None;
             }
+            let m =
+                mapping::map(ctx.matrix, ctx.target, &options(self.algorithm, self.seed)).ok()?;
+            self.chosen = Some(m.slots);
         }
         Some(Proposal {
             slots: self.chosen.clone()?,
             reason: format!("static {} mapping", self.algorithm),
+            self_judged: false,
         })
     }
 }
@@ -120,12 +129,12 @@ impl Policy for Observe {
         "none".into()
     }
 
-    fn propose(&mut self, _: &CommMatrix, _: &Target, _: &[usize]) -> Option<Proposal> {
+    fn propose(&mut self, _: &Context) -> Option<Proposal> {
         None
     }
 }
 
-/// Parses `comm`, `static:ALGO` or `none`.
+/// Parses `comm`, `static:ALGO` or `none` (`simmer` needs more set-up: see the CLI).
 pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Policy>, String> {
     match spec {
         "comm" => Ok(Box::new(Comm {
@@ -138,7 +147,9 @@ pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Policy>, String> {
                 Algorithm::parse(a).map_err(|e| e.to_string())?,
                 seed,
             ))),
-            None => Err(format!("unknown policy '{s}' (comm, static:ALGO, none)")),
+            None => Err(format!(
+                "unknown policy '{s}' (comm, static:ALGO, none, simmer)"
+            )),
         },
     }
 }
@@ -150,6 +161,15 @@ mod tests {
 
     fn target() -> Target {
         Target::machine(Machine::from_synthetic("pack:2 core:2 pu:1").unwrap())
+    }
+
+    fn ask(p: &mut dyn Policy, m: &CommMatrix, t: &Target, current: &[usize]) -> Option<Proposal> {
+        p.propose(&Context {
+            matrix: m,
+            target: t,
+            current,
+            tasks: &[],
+        })
     }
 
     fn pairs() -> CommMatrix {
@@ -165,48 +185,46 @@ mod tests {
     #[test]
     fn comm_puts_partners_in_one_package() {
         let t = target();
-        let p = parse("comm", 1)
-            .unwrap()
-            .propose(&pairs(), &t, &[0, 1, 2, 3])
-            .unwrap();
+        let p = ask(
+            parse("comm", 1).unwrap().as_mut(),
+            &pairs(),
+            &t,
+            &[0, 1, 2, 3],
+        )
+        .unwrap();
         assert_eq!(t.level(p.slots[0], p.slots[2]), topology::Level::Package);
         assert_eq!(t.level(p.slots[1], p.slots[3]), topology::Level::Package);
+        assert!(!p.self_judged);
     }
 
     #[test]
     fn comm_proposes_nothing_without_traffic() {
-        assert!(parse("comm", 1)
-            .unwrap()
-            .propose(&CommMatrix::zeros(4), &target(), &[0, 1, 2, 3])
-            .is_none());
+        let mut p = parse("comm", 1).unwrap();
+        assert!(ask(p.as_mut(), &CommMatrix::zeros(4), &target(), &[0, 1, 2, 3]).is_none());
     }
 
     #[test]
     fn static_maps_once_and_holds() {
         let t = target();
         let mut p = parse("static:huddle", 1).unwrap();
-        assert!(p.propose(&CommMatrix::zeros(4), &t, &[0; 4]).is_none());
-        let first = p.propose(&pairs(), &t, &[0; 4]).unwrap();
+        assert!(ask(p.as_mut(), &CommMatrix::zeros(4), &t, &[0; 4]).is_none());
+        let first = ask(p.as_mut(), &pairs(), &t, &[0; 4]).unwrap();
         let mut other = CommMatrix::zeros(4);
         other.set(0, 1, 1000.0);
         other.set(1, 0, 1000.0);
         assert_eq!(
-            p.propose(&other, &t, &first.slots).unwrap().slots,
+            ask(p.as_mut(), &other, &t, &first.slots).unwrap().slots,
             first.slots
         );
         // Baselines need no traffic.
-        assert!(parse("static:compact", 1)
-            .unwrap()
-            .propose(&CommMatrix::zeros(4), &t, &[0; 4])
-            .is_some());
+        let mut c = parse("static:compact", 1).unwrap();
+        assert!(ask(c.as_mut(), &CommMatrix::zeros(4), &t, &[0; 4]).is_some());
     }
 
     #[test]
     fn none_never_proposes_and_bad_names_fail() {
-        assert!(parse("none", 1)
-            .unwrap()
-            .propose(&pairs(), &target(), &[0, 1, 2, 3])
-            .is_none());
+        let mut p = parse("none", 1).unwrap();
+        assert!(ask(p.as_mut(), &pairs(), &target(), &[0, 1, 2, 3]).is_none());
         assert!(parse("fastest", 1).is_err());
         assert!(parse("static:magic", 1).is_err());
     }

@@ -38,6 +38,10 @@ pub trait Observer {
     fn wait(&self, timeout: Duration) {
         std::thread::sleep(timeout);
     }
+    /// Processes everything still buffered, once the program has ended.
+    fn flush(&mut self) -> u64 {
+        self.poll()
+    }
     /// The matrix over every task seen so far, and those tasks, in the same order.
     fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>);
     /// Ages the matrix after a migration (M -= M >> 2) so new behaviour shows quickly.
@@ -185,9 +189,16 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             last_snapshot = t;
         }
 
-        let enough = sub.total() >= cfg.min_traffic && !live_idx.is_empty();
-        let proposal = if enough {
-            cfg.policy.propose(&sub, target, &current)
+        let live_tasks: Vec<TaskInfo> = live_idx.iter().map(|&i| tasks[i].clone()).collect();
+        let enough = !cfg.policy.needs_traffic() || sub.total() >= cfg.min_traffic;
+        let proposal = if enough && !live_idx.is_empty() {
+            let ctx = crate::policy::Context {
+                matrix: &sub,
+                target,
+                current: &current,
+                tasks: &live_tasks,
+            };
+            cfg.policy.propose(&ctx)
         } else {
             None
         };
@@ -197,13 +208,28 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             let cur_os: Vec<u32> = current.iter().map(|&g| target.os_index(g)).collect();
             let new_os: Vec<u32> = proposal.slots.iter().map(|&g| target.os_index(g)).collect();
             let interval_ms = cfg.controller.interval_ms;
-            let verdict = cfg
-                .controller
-                .decide(t, &cur_os, cost_now, &new_os, cost_new);
+            let verdict = if !proposal.self_judged {
+                cfg.controller
+                    .decide(t, &cur_os, cost_now, &new_os, cost_new)
+            } else if new_os == cur_os {
+                Verdict::Keep {
+                    reason: "the policy's placement is already live".into(),
+                }
+            } else {
+                cfg.controller.accept(t, &cur_os);
+                Verdict::Migrate {
+                    gain: (cost_now - cost_new) / cost_now.max(1e-12),
+                }
+            };
             let (action, gain, reason) = match verdict {
                 Verdict::Migrate { gain } => {
                     for (k, &i) in live_idx.iter().enumerate() {
                         let task = &tasks[i];
+                        // A policy that judged its own move (SIMMer) moves only the tasks it
+                        // named; the others keep running where the scheduler puts them.
+                        if proposal.self_judged && proposal.slots[k] == current[k] {
+                            continue;
+                        }
                         match actuate::set_affinity(task.tid, &[new_os[k]]) {
                             Ok(()) => {
                                 pinned.insert(task.tid, proposal.slots[k]);
@@ -240,6 +266,8 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
                 tasks: live_idx.clone(),
                 reason,
             });
+        } else {
+            cfg.controller.hold();
         }
         if cfg.status_line {
             let remap = last_remap.map_or("no remap yet".to_string(), |(at, g)| {
@@ -269,6 +297,7 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         eprintln!();
     }
 
+    total_events += obs.flush();
     let (matrix, tasks) = obs.snapshot();
     let duration = start.elapsed().as_secs_f64();
     data.tasks = tasks
@@ -285,6 +314,8 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         })
         .collect();
     data.matrix = Some(matrix.symmetrized());
+    cfg.policy.finish();
+    notes.extend(cfg.policy.notes());
     notes.extend(obs.notes());
     data.info = RunInfo {
         schema: report::SCHEMA.into(),
