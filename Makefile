@@ -30,6 +30,9 @@ lint: bootstrap
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 test: lint build
+	# The preloaded agent is a cdylib that no test target depends on: build it beside the
+	# test binaries (target/debug), where huddle looks for it.
+	$(CARGO) build --profile test -p agent
 	$(CARGO) test --workspace
 	@for s in $(TEST_STEPS); do $(MAKE) --no-print-directory $$s || exit 1; done
 
