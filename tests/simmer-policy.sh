@@ -13,11 +13,13 @@ for impl in openmpi mpich; do
     mpich) launch=(mpirun.mpich -np 4) ;;
   esac
   BENCH_EXPECTED=$tmp/$impl-expected.csv timeout 180 "$huddle" run --quiet --policy simmer \
-    --report "$tmp/$impl" -- "${launch[@]}" "build/mpi/$impl/idleness" 3 40 65536 1000 >/dev/null
-  grep -q '"policy": "simmer"' "$tmp/$impl/run.json"
-  grep -Eq 'simmer: [1-9][0-9]* windows compared' "$tmp/$impl/run.json"
-  cmp "$tmp/$impl/rank-matrix.csv" "$tmp/$impl-expected.csv"
-  [ -s "$tmp/$impl/index.html" ]
+    --report "$tmp/$impl" -- "${launch[@]}" "build/mpi/$impl/idleness" 3 300 65536 1000 >/dev/null
+  fail() { echo "huddle run --policy simmer ($impl): $*" >&2; exit 1; }
+  grep -q '"policy": "simmer"' "$tmp/$impl/run.json" || fail "run.json does not name the policy"
+  grep -Eq 'simmer: [1-9][0-9]* windows compared' "$tmp/$impl/run.json" ||
+    fail "no board window compared: $(grep -o 'simmer: [^"]*' "$tmp/$impl/run.json" | tr '\n' ' ')"
+  cmp -s "$tmp/$impl/rank-matrix.csv" "$tmp/$impl-expected.csv" || fail "rank matrix differs from the known traffic"
+  [ -s "$tmp/$impl/index.html" ] || fail "no report page"
   echo "huddle run --policy simmer ($impl): ok"
 done
 # attach cannot preload the agent: a one-line refusal with exit 2.

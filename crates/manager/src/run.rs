@@ -119,7 +119,6 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         .map(|g| (target.os_index(g), g))
         .collect();
     let exit = loop {
-        // Sleep in short slices so exits and signals are handled promptly.
         // Events are drained after every slice; a slice ends early when a buffer fills, and
         // lasts at most 100 ms so exits and signals are handled promptly.
         let wake = Instant::now() + Duration::from_millis(cfg.controller.interval_ms);
