@@ -512,13 +512,32 @@ mod tests {
         assert_eq!(expected_cost(&m, &target, &[vec![0], vec![1]]), shared);
     }
 
+    /// The `comm` policy with defaults, stopping after `seconds`.
+    fn comm_config(seconds: f64) -> Config {
+        Config {
+            policy: crate::policy::parse("comm", 1).unwrap(),
+            controller: Controller::default(),
+            page_budget: 0,
+            status_line: false,
+            max_seconds: Some(seconds),
+            min_traffic: DEFAULT_MIN_TRAFFIC,
+            command: vec!["sleep".into()],
+            machine_description: "this machine".into(),
+        }
+    }
+
+    /// `n` idle child processes standing in for a program's tasks.
+    fn sleepers(n: usize) -> Vec<Child> {
+        (0..n)
+            .map(|_| Command::new("sleep").arg("30").spawn().unwrap())
+            .collect()
+    }
+
     #[test]
     fn waits_for_enough_traffic_before_deciding() {
         let machine = Machine::from_system().unwrap();
         let target = Target::machine(machine);
-        let children: Vec<Child> = (0..2)
-            .map(|_| Command::new("sleep").arg("30").spawn().unwrap())
-            .collect();
+        let children = sleepers(2);
         let mut m = CommMatrix::zeros(2);
         m.set(0, 1, 10.0);
         m.set(1, 0, 10.0);
@@ -527,17 +546,7 @@ mod tests {
             matrix: m,
             aged: 0,
         };
-        let cfg = Config {
-            policy: crate::policy::parse("comm", 1).unwrap(),
-            controller: Controller::default(),
-            page_budget: 0,
-            status_line: false,
-            max_seconds: Some(0.4),
-            min_traffic: 64.0,
-            command: vec!["sleep".into()],
-            machine_description: "this machine".into(),
-        };
-        let data = manage(&mut obs, &target, cfg);
+        let data = manage(&mut obs, &target, comm_config(0.4));
         assert!(
             data.decisions.is_empty(),
             "10 events < 64: {:?}",
@@ -561,9 +570,7 @@ mod tests {
             return;
         }
         let target = Target::machine(machine);
-        let children: Vec<Child> = (0..4)
-            .map(|_| Command::new("sleep").arg("30").spawn().unwrap())
-            .collect();
+        let children = sleepers(4);
         // Worst start: partners (0,2) and (1,3) on different PUs.
         for (k, c) in children.iter().enumerate() {
             actuate::set_affinity(c.id(), &[pus[k / 2]]).unwrap();
@@ -578,17 +585,7 @@ mod tests {
             matrix: m,
             aged: 0,
         };
-        let cfg = Config {
-            policy: crate::policy::parse("comm", 1).unwrap(),
-            controller: Controller::default(),
-            page_budget: 0,
-            status_line: false,
-            max_seconds: Some(0.6),
-            min_traffic: 64.0,
-            command: vec!["sleep".into()],
-            machine_description: "this machine".into(),
-        };
-        let data = manage(&mut obs, &target, cfg);
+        let data = manage(&mut obs, &target, comm_config(0.6));
         let aff = |k: usize| actuate::get_affinity(obs.children[k].id()).unwrap();
         assert_eq!(aff(0), aff(2), "partners 0 and 2 share a PU");
         assert_eq!(aff(1), aff(3), "partners 1 and 3 share a PU");
