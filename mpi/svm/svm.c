@@ -89,6 +89,7 @@ static int64_t wait_since_us; /* 0 = not waiting */
 static volatile int wait_rank = -1;
 static const char *volatile wait_what;
 static struct svm_stats st;
+static struct svm_fault_profile prof; /* where page-fault time goes (svmbench) */
 static uint64_t bar_epoch;
 static struct sigaction old_segv;
 static int initialized, debug;
@@ -263,6 +264,42 @@ static int resolve_home(size_t x) {
     return home[x];
 }
 
+/* Remote fetch (ni), one round trip: the home's version and the page are read together.  A diff
+ * is remotely complete (flushed) before the home's version is incremented, and the write notice
+ * carrying that version is published only after the increment, so once this process knows
+ * need[x] the home's version is already >= need[x] and a page read issued now contains that diff.
+ * The version read is then only a check, so a plain MPI_Get does (MPI_Fetch_and_op on window
+ * memory goes through the target's progress engine with both MPIs here, tens of us).  The two
+ * reads are not ordered, so the copy is known to hold need[x], not the version read: *have is
+ * need[x].  Should the check ever fail (a home that has not seen the diff yet), the version is
+ * polled atomically first and the page read after it, as the thesis's fetch with retry does. */
+#ifndef SVM_ORDERED_FETCH /* 1: always poll the version first (two round trips), for svmbench */
+#define SVM_ORDERED_FETCH 0
+#endif
+static int ni_fetch(int h, size_t x, uint64_t *have, int ordered) {
+    uint64_t v = 0;
+    double t0 = now();
+    if (!ordered) {
+        MPI_Get(&v, 8, MPI_BYTE, h, off_ver + x * 8, 8, MPI_BYTE, win_meta);
+        MPI_Get(fetchbuf, (int)PG, MPI_BYTE, h, x * PG, (int)PG, MPI_BYTE, win_data);
+        MPI_Win_flush(h, win_data);
+        MPI_Win_flush(h, win_meta);
+        prof.get += now() - t0;
+        *have = need[x];
+        return v >= need[x];
+    }
+    MPI_Fetch_and_op(NULL, &v, MPI_UINT64_T, h, off_ver + x * 8, MPI_NO_OP, win_meta);
+    MPI_Win_flush(h, win_meta);
+    prof.version += now() - t0;
+    if (v < need[x]) return 0;
+    t0 = now();
+    MPI_Get(fetchbuf, (int)PG, MPI_BYTE, h, x * PG, (int)PG, MPI_BYTE, win_data);
+    MPI_Win_flush(h, win_data);
+    prof.get += now() - t0;
+    *have = v; /* read after the version: holds at least v */
+    return 1;
+}
+
 static void fetch_page(size_t x) {
     int h = home[x];
     plock(x);
@@ -273,18 +310,15 @@ static void fetch_page(size_t x) {
     uint64_t v = 0;
     unsigned n = 0;
     wait_begin("page fetch", h);
-    for (;;) {
+    for (int ordered = SVM_ORDERED_FETCH;; ordered = 1) {
         if (ni_mode) {
-            MPI_Fetch_and_op(NULL, &v, MPI_UINT64_T, h, off_ver + x * 8, MPI_NO_OP, win_meta);
-            MPI_Win_flush(h, win_meta);
-            if (v >= need[x]) {
-                MPI_Get(fetchbuf, (int)PG, MPI_BYTE, h, x * PG, (int)PG, MPI_BYTE, win_data);
-                MPI_Win_flush(h, win_data);
-                break;
-            }
+            if (ni_fetch(h, x, &v, ordered)) break;
+            prof.retries++;
         } else {
+            double t0 = now();
             send_req(h, REQ_FETCH, x, need[x], NULL, 0);
             recv_reply(h, msgbuf, 8 + PG, "page fetch");
+            prof.get += now() - t0;
             memcpy(&v, msgbuf, 8);
             if (v >= need[x]) {
                 memcpy(fetchbuf, msgbuf + 8, PG);
@@ -295,9 +329,11 @@ static void fetch_page(size_t x) {
         backoff(&n); /* the home has not seen the diff yet: retry (version check) */
     }
     wait_end();
+    double t0 = now();
     merge_page(x, (const uint32_t *)fetchbuf);
-    __atomic_store_n(&NODEVER(x), v, __ATOMIC_RELEASE);
+    if (v > __atomic_load_n(&NODEVER(x), __ATOMIC_ACQUIRE)) __atomic_store_n(&NODEVER(x), v, __ATOMIC_RELEASE);
     punlock(x);
+    prof.merge += now() - t0;
     st.fetches++;
 }
 
@@ -320,11 +356,17 @@ static void handle_fault(size_t x, int write) {
             dirty[x] = 1;
             dlist[ndirty++] = (uint32_t)x;
         }
+        double t1 = now();
         set_prot(x, PROT_WR);
+        prof.mprotect += now() - t1;
     } else {
+        double t1 = now();
         set_prot(x, PROT_RD);
+        prof.mprotect += now() - t1;
     }
+    prof.faults++;
     st.data_wait += now() - t0;
+    prof.handler += now() - t0;
 }
 
 static void chain_segv(int sig, siginfo_t *si, void *uc) {
@@ -1009,6 +1051,12 @@ int svm_finalize(void) {
 int svm_rank(void) { return me; }
 int svm_size(void) { return P; }
 const char *svm_protocol(void) { return ni_mode ? "ni" : "base"; }
+int svm__nodes(void) { return nnodes; }
+void svm__fault_profile(struct svm_fault_profile *out, int reset) {
+    *out = prof;
+    if (reset) memset(&prof, 0, sizeof prof);
+}
+int svm__node_of(int rank) { return rank >= 0 && rank < P ? node_of[rank] : -1; }
 
 void svm_get_stats(struct svm_stats *out) {
     *out = st;

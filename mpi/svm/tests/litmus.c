@@ -2,6 +2,7 @@
  * success, prints "FAIL ..." and exits 1 otherwise. */
 #define _GNU_SOURCE
 #include <huddle/svm.h>
+#include "svm_internal.h"
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -210,6 +211,33 @@ static void t_die(const char *how) {
     exit(1);
 }
 
+/* Node grouping (run without SVM_NODE_SIZE): processes with the same host name form one node
+ * and processes on different hosts different nodes; with expect > 0 there must be that many. */
+static void t_nodes(int expect) {
+    char *names = svm_malloc((size_t)N * 64);
+    char h[64] = {0};
+    if (gethostname(h, sizeof h - 1)) CHECK(0, "gethostname failed");
+    memcpy(names + (size_t)R * 64, h, 64);
+    svm_barrier();
+    int hosts = 0;
+    for (int q = 0; q < N; q++) {
+        int first = 1;
+        for (int p = 0; p < q; p++) first &= strcmp(names + (size_t)p * 64, names + (size_t)q * 64) != 0;
+        hosts += first;
+        int same_host = !strcmp(names + (size_t)q * 64, h), same_node = svm__node_of(q) == svm__node_of(R);
+        CHECK(same_host == same_node, "rank %d on host %s is %s node (%d) as rank %d on %s (node %d)", q,
+              names + (size_t)q * 64, same_node ? "in the same" : "in another", svm__node_of(q), R, h, svm__node_of(R));
+    }
+    CHECK(hosts == svm__nodes(), "%d host names but %d svm nodes", hosts, svm__nodes());
+    CHECK(expect <= 0 || svm__nodes() == expect, "%d svm nodes, expected %d", svm__nodes(), expect);
+    if (R == 0) {
+        printf("nodes=%d:", svm__nodes());
+        for (int q = 0; q < N; q++) printf(" %d@%s/node%d", q, names + (size_t)q * 64, svm__node_of(q));
+        printf("\n");
+    }
+    svm_barrier();
+}
+
 int main(int argc, char **argv) {
     if (svm_init(&argc, &argv)) return 2;
     R = svm_rank();
@@ -223,6 +251,7 @@ int main(int argc, char **argv) {
     if (all || !strcmp(t, "syscall")) t_syscall();
     if (all || !strcmp(t, "stress")) t_stress(argc > 2 && !all ? atoi(argv[2]) : 500);
     if (!strcmp(t, "die")) t_die(argc > 2 ? argv[2] : "stop");
+    if (!strcmp(t, "nodes")) t_nodes(argc > 2 ? atoi(argv[2]) : 0);
     svm_finalize();
     if (failed) return 1;
     if (R == 0) printf("ok %s np=%d protocol=%s\n", t, N, svm_protocol());
