@@ -43,7 +43,7 @@ pub fn heatmap(m: &CommMatrix, caption: &str, px: u32) -> String {
             .margin(6)
             .x_label_area_size(24)
             .y_label_area_size(28)
-            .build_cartesian_2d(0..n, (0..n).into_segmented())
+            .build_cartesian_2d((0..n).into_segmented(), (0..n).into_segmented())
             .map_err(err)?;
         chart
             .configure_mesh()
@@ -58,12 +58,11 @@ pub fn heatmap(m: &CommMatrix, caption: &str, px: u32) -> String {
         chart
             .draw_series(cells.map(|(i, j)| {
                 let v = if max > 0.0 { m.get(i, j) / max } else { 0.0 };
-                // Row 0 at the top, as matrices are read.
-                let row = n - 1 - i;
+                // Cell (i, j) sits in segment j of x and segment i of y, where the labels are.
                 Rectangle::new(
                     [
-                        (j, SegmentValue::Exact(row)),
-                        (j + 1, SegmentValue::Exact(row + 1)),
+                        (SegmentValue::Exact(j), SegmentValue::Exact(i)),
+                        (SegmentValue::Exact(j + 1), SegmentValue::Exact(i + 1)),
                     ],
                     ViridisRGB::get_color(v).filled(),
                 )
