@@ -26,22 +26,22 @@ NH_PID=
 
 nh_down() { # idempotent: also removes what a killed earlier run left behind
     local h p
-    [ -n "${NH_PID:-}" ] && kill -TERM "$NH_PID" 2>/dev/null && sleep 1 # timeout passes it on to mpirun
+    if [ -n "${NH_PID:-}" ] && kill -TERM "$NH_PID" 2>/dev/null; then sleep 1; fi # timeout passes it on to mpirun
     NH_PID=
     for h in $NH_HOSTS; do
         # processes still inside our namespaces (a launcher that lost its ranks)
-        for p in $(ip netns pids "huddle-$h" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-        ip netns del "huddle-$h" 2>/dev/null
-        ip link del "huddle-v$h" 2>/dev/null
+        for p in $(ip netns pids "huddle-$h" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+        ip netns del "huddle-$h" 2>/dev/null || true
+        ip link del "huddle-v$h" 2>/dev/null || true # (gone with the namespace, normally)
     done
-    ip link del "$NH_BR" 2>/dev/null
+    ip link del "$NH_BR" 2>/dev/null || true
     if grep -q "$NH_MARK" /etc/hosts 2>/dev/null; then
         # rewrite in place (keeps the inode: /etc/hosts may be a bind mount)
         local keep
         keep=$(grep -v "$NH_MARK" /etc/hosts)
         printf '%s\n' "$keep" >/etc/hosts
     fi
-    [ -n "$NH_DIR" ] && rm -rf "$NH_DIR"
+    [ -z "$NH_DIR" ] || rm -rf "$NH_DIR"
     NH_DIR=
     return 0
 }
