@@ -26,7 +26,10 @@ NH_PID=
 
 nh_down() { # idempotent: also removes what a killed earlier run left behind
     local h p
-    if [ -n "${NH_PID:-}" ] && kill -TERM "$NH_PID" 2>/dev/null; then sleep 1; fi # timeout passes it on to mpirun
+    if [ -n "${NH_PID:-}" ] && kill -TERM "$NH_PID" 2>/dev/null; then
+        # timeout passes TERM on to mpirun and sends KILL 5 s later (-k 5) if it is still there
+        for p in $(seq 1 14); do kill -0 "$NH_PID" 2>/dev/null || break; sleep 0.5; done
+    fi
     NH_PID=
     for h in $NH_HOSTS; do
         # processes still inside our namespaces (a launcher that lost its ranks)
@@ -109,7 +112,7 @@ nh_mpirun() { # MPI (openmpi|mpich) NP program args...: NP ranks spread evenly, 
             -localhost "$NH_NET.1" -n "$np" "$@"
     fi
     # in the background so that a signal to this shell is handled at once (nh_down stops it)
-    timeout "$NH_TIMEOUT" "$@" &
+    timeout -k 5 "$NH_TIMEOUT" "$@" &
     NH_PID=$!
     wait "$NH_PID"
     local rc=$?
