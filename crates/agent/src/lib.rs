@@ -764,7 +764,12 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             expire(st, now);
             let dt = (now - last) as f64 / 1e9;
             last = now;
-            let per_s = (st.rate * st.total_pages as f64).max(st.floor);
+            // The floor is program-wide: the detector divides it among the live agents.
+            let floor = match view.header().floor_share.load(Ordering::Relaxed) {
+                0 => st.floor,
+                share => share as f64,
+            };
+            let per_s = (st.rate * st.total_pages as f64).max(floor);
             st.budget = (st.budget + per_s * dt).min(per_s); // at most one second's worth
             let n = st.budget as u64;
             st.budget -= n as f64;

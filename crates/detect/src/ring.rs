@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 
@@ -48,6 +48,9 @@ pub struct Header {
     pub private_errno: AtomicU32,
     /// Helper ticks so far (a liveness sign).
     pub ticks: AtomicU64,
+    /// Written by the detector: this agent's part of the program-wide re-arm floor, in pages
+    /// per second (the floor divided among the program's live agents); 0 = its own floor.
+    pub floor_share: AtomicU64,
 }
 
 /// A fault the agent resolved itself: task `tid` touched `addr` at `time` (CLOCK_MONOTONIC ns).

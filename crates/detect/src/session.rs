@@ -181,8 +181,13 @@ impl Drop for AgentRing {
     }
 }
 
+/// No agent's part of the re-arm floor falls below this (pages per second).
+const MIN_FLOOR_SHARE: u64 = 16;
+
 /// A running detection. See the crate documentation for the calling pattern.
 pub struct Session {
+    /// Program-wide re-arm floor (pages/s) shared among the agents; 0 without an agent.
+    agent_floor: u64,
     pid: i32,
     spawned: bool,
     exit: Option<TargetExit>,
@@ -280,6 +285,7 @@ impl Session {
             return Err(DetectError::BlockSize(cfg.block_size));
         }
         let mut s = Session {
+            agent_floor: cfg.agent.as_ref().map_or(0, |a| a.rearm_floor as u64),
             pid: 0,
             spawned: false,
             exit: None,
@@ -701,6 +707,28 @@ impl Session {
             if let Some(r) = map_ring(&path) {
                 self.rings.insert(path, r);
             }
+        }
+        self.share_floor();
+    }
+
+    /// Divides the re-arm floor among the agents of processes still alive, so a program of
+    /// many processes re-arms as many pages per second as one of a single process (CDSM's
+    /// budget is per program); each agent still adds its own rate x its own pages.
+    fn share_floor(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.agent_floor == 0 {
+            return;
+        }
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let alive = |pid: u32| unsafe { libc::kill(pid as i32, 0) } == 0;
+        let live: Vec<&AgentRing> = self
+            .rings
+            .values()
+            .filter(|r| alive(r.view.header().pid))
+            .collect();
+        let share = (self.agent_floor / live.len().max(1) as u64).max(MIN_FLOOR_SHARE);
+        for r in live {
+            r.view.header().floor_share.store(share, Relaxed);
         }
     }
 
