@@ -162,13 +162,14 @@ fn config(
     }
 }
 
-fn finish(c: &Common, data: &report::RunData) -> anyhow::Result<()> {
-    if let Some(dir) = &c.report {
-        data.save(dir)?;
-        let page = report::render(dir)?;
-        eprintln!("huddle: report in {}", page.display());
+/// Writes the report if asked. A failure is printed, not returned: `run` must still hand back
+/// the program's own exit status.
+fn finish(c: &Common, data: &report::RunData) {
+    let Some(dir) = &c.report else { return };
+    match data.save(dir).and_then(|()| report::render(dir)) {
+        Ok(page) => eprintln!("huddle: report in {}", page.display()),
+        Err(e) => eprintln!("huddle: report not written: {e}"),
     }
-    Ok(())
 }
 
 /// The SIMMer policy reads the board the PMPI agent of every rank writes: name a private
@@ -178,6 +179,12 @@ fn simmer_policy(
     machine: &topology::Machine,
 ) -> anyhow::Result<Box<dyn manager::policy::Policy>> {
     use std::os::unix::fs::DirBuilderExt;
+    if !(0.0..=1.0).contains(&c.simmer_confidence) {
+        return Err(bad_input(format!(
+            "--simmer-confidence {}: must be within 0..1",
+            c.simmer_confidence
+        )));
+    }
     let dir = simmer::board::default_dir();
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -191,12 +198,6 @@ fn simmer_policy(
             .mode(0o700)
             .create(report)?;
         std::env::set_var("HUDDLE_RANK_MATRIX", report.join("rank-matrix.csv"));
-    }
-    if !(0.0..=1.0).contains(&c.simmer_confidence) {
-        return Err(bad_input(format!(
-            "--simmer-confidence {}: must be within 0..1",
-            c.simmer_confidence
-        )));
     }
     Ok(Box::new(manager::simmer_policy::Simmer::new(
         board,
@@ -217,7 +218,8 @@ fn preload(lib: &std::path::Path) {
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let (program, rest) = args.command.split_first().expect("clap requires a command");
-    if args.common.policy == "simmer" {
+    // A missing program is reported by the session below (exit 127).
+    if args.common.policy == "simmer" && detect::resolve_program(program).is_some() {
         preload(&crate::agent::pmpi_library(program).map_err(bad_input)?);
     }
     let (target, policy, machine) = check(&args.common)?;
@@ -252,7 +254,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         &target,
         config(&args.common, policy, command, machine),
     );
-    finish(&args.common, &data)?;
+    finish(&args.common, &data);
     Ok(match (data.info.exit_code, data.info.exit_signal) {
         (Some(c), _) => c,
         (None, Some(s)) => 128 + s,
@@ -295,6 +297,6 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     );
     cfg.max_seconds = args.seconds;
     let data = run::manage(&mut obs, &target, cfg);
-    finish(&args.common, &data)?;
+    finish(&args.common, &data);
     Ok(0)
 }

@@ -74,6 +74,33 @@ fn a_missing_command_is_127_with_a_message() {
 }
 
 #[test]
+fn a_report_that_cannot_be_written_keeps_the_programs_status() {
+    let out = run(&[
+        "run",
+        "--quiet",
+        "--report",
+        "/proc/huddle-no-such-dir",
+        "--",
+        "sh",
+        "-c",
+        "exit 5",
+    ]);
+    assert_eq!(out.status.code(), Some(5));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("report not written"), "{err}");
+    // Also with the simmer policy, whose set-up runs first: a missing program is still 127.
+    let out = run(&[
+        "run",
+        "--quiet",
+        "--policy",
+        "simmer",
+        "--",
+        "/nonexistent/program",
+    ]);
+    assert_eq!(out.status.code(), Some(127));
+}
+
+#[test]
 fn bad_options_are_exit_2() {
     for args in [
         &["run", "--policy", "fastest", "--", "true"][..],
