@@ -133,6 +133,36 @@ pub fn timeline(
     })
 }
 
+type TimeChart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// A chart of a quantity over the run: seconds on x, 0..max (plus headroom) on y.
+fn over_time<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    caption: &str,
+    duration: f64,
+    max: f64,
+    y_desc: &str,
+) -> Result<TimeChart<'a, 'b>, String> {
+    let mut chart = ChartBuilder::on(root)
+        .caption(caption, ("sans-serif", 14))
+        .margin(6)
+        .x_label_area_size(28)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..duration.max(0.001), 0.0..max * 1.05)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc(y_desc)
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 /// Predicted cost of the live mapping and of the best candidate at each decision.
 pub fn costs(decisions: &[Decision], duration: f64) -> String {
     let max = decisions
@@ -141,22 +171,8 @@ pub fn costs(decisions: &[Decision], duration: f64) -> String {
         .fold(0.0f64, f64::max)
         .max(1.0);
     svg((860, 260), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                "Predicted communication cost (shared cost model)",
-                ("sans-serif", 14),
-            )
-            .margin(6)
-            .x_label_area_size(28)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..duration.max(0.001), 0.0..max * 1.05)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds")
-            .y_desc("cost")
-            .draw()
-            .map_err(err)?;
+        let caption = "Predicted communication cost (shared cost model)";
+        let mut chart = over_time(root, caption, duration, max, "cost")?;
         chart
             .draw_series(LineSeries::new(
                 decisions.iter().map(|d| (d.t, d.cost_current)),
@@ -201,19 +217,13 @@ pub fn events(samples: &[Sample], duration: f64) -> String {
         .fold(0.0f64, f64::max)
         .max(1.0);
     svg((860, 220), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption("Detection events per second", ("sans-serif", 14))
-            .margin(6)
-            .x_label_area_size(28)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..duration.max(0.001), 0.0..max * 1.05)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds")
-            .y_desc("events/s")
-            .draw()
-            .map_err(err)?;
+        let mut chart = over_time(
+            root,
+            "Detection events per second",
+            duration,
+            max,
+            "events/s",
+        )?;
         chart
             .draw_series(LineSeries::new(
                 samples.iter().map(|s| (s.t, s.events_per_s)),
