@@ -85,10 +85,12 @@ fn resolve_term(m: &Machine, term: &str) -> Result<Vec<usize>, String> {
             .split_once(':')
             .ok_or_else(|| format!("'{step}' is not type:index"))?;
         let target = target_of(name).ok_or_else(|| format!("unknown object type '{name}'"))?;
+        let all = objects(m, &target);
         let mut next = Vec::new();
         for &(lo, hi) in &scopes {
-            let inside: Vec<(u32, u32)> = objects(m, &target)
-                .into_iter()
+            let inside: Vec<(u32, u32)> = all
+                .iter()
+                .copied()
                 .filter(|&(a, b)| lo <= a && b <= hi && a < b)
                 .collect();
             if inside.is_empty() {
