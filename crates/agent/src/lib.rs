@@ -11,16 +11,25 @@
 //! * Private anonymous memory (heap, anonymous mmap, thread stacks): dropping PTEs alone
 //!   would discard data, and `mprotect` would make `read(2)`/`write(2)` into the page fail
 //!   with EFAULT. The agent registers these mappings with a userfaultfd (missing +
-//!   write-protect) and drops a page without losing it: write-protect it (writers wait),
-//!   copy it aside (process_vm_readv), MADV_DONTNEED, lift the protection. The next access
-//!   by any task, read or write, from user code or inside a system call, is a missing-page
-//!   fault that the agent's fault thread resolves by copying the contents back
-//!   (UFFDIO_COPY); pages never touched get the zero page (UFFDIO_ZEROPAGE). At most 32
-//!   pages are out at a time; one untouched for 1 s is put back. REMOVE/UNMAP/REMAP events
-//!   keep the saved copies right when the program itself discards or moves memory, every
-//!   saved page is put back before fork (pthread_atfork), and EAGAIN from the kernel (a
-//!   mapping change in flight) is retried after that change completes, never treated as
-//!   done.
+//!   write-protect) and takes the page out without losing it: on Linux 6.8 and later it
+//!   moves the page itself into a vault of its own (UFFDIO_MOVE: no copy, and writers never
+//!   wait); before that (or with HUDDLE_AGENT_MOVE=0) it write-protects the page, copies it
+//!   aside (process_vm_readv), drops it (MADV_DONTNEED) and lifts the protection. The next
+//!   access by any task, read or write, from user code or inside a system call, is a
+//!   missing-page fault that the agent's fault thread resolves by putting the page back
+//!   (moved back, or UFFDIO_COPY), recording who touched it; pages never touched get the
+//!   zero page. At most 128 pages are out at a time; one untouched for 250 ms is put back.
+//!
+//!   The program's own memory changes arrive as REMOVE/UNMAP/REMAP events, after or before
+//!   the change, while its other threads go on. So: events are read and handled under the
+//!   agent's lock, and pages are taken out under it too, which leaves the kernel to refuse
+//!   (EAGAIN) a take-out while an event is unread; nothing is taken out between an event
+//!   and the next scan of /proc/self/maps (a new mapping in a freed range is not registered
+//!   with us before that scan); a range the program discarded (MADV_DONTNEED, announced
+//!   before the pages go) is left alone for a second; the UNMAP of an mremap's old range
+//!   does not discard what another thread moved into that range meanwhile. Every saved page
+//!   is put back before fork (pthread_atfork), and EAGAIN from the kernel is retried, never
+//!   treated as done. crates/cli/tests/agent_torture.c checks all of this on both paths.
 //!
 //! Never re-armed: code and read-only mappings, file-backed private mappings (library data),
 //! anonymous memory right after a file mapping (a .bss), thread stacks (mappings right above
@@ -41,7 +50,11 @@
 //!
 //! Not covered: a page pinned for DMA (O_DIRECT, io_uring fixed buffers, RDMA) while it is
 //! dropped would keep receiving data in the old frame; raw fork(2)/clone(2) system calls
-//! that bypass pthread_atfork would give the child a dropped page as zeros. Run with
+//! that bypass pthread_atfork would give the child a dropped page as zeros; a thread that
+//! stalls for over a second between its MADV_DONTNEED being announced and done could see
+//! the page's old contents come back. Registration keeps the kernel from merging a new
+//! mapping with a registered neighbour until the next scan (100 ms), so an mremap spanning
+//! both in that time fails with EFAULT where it would have worked without the agent. Run with
 //! `--no-private` (HUDDLE_AGENT_PRIVATE=0) for such programs. Without `HUDDLE_AGENT_DIR` in the environment the library does nothing.
 
 use detect::ring::{self, RingView};
@@ -57,6 +70,9 @@ const UFFDIO_WAKE: c_ulong = 0x8010_aa02;
 const UFFDIO_WRITEPROTECT: c_ulong = 0xc018_aa06;
 const UFFDIO_COPY: c_ulong = 0xc028_aa03;
 const UFFDIO_ZEROPAGE: c_ulong = 0xc020_aa04;
+const UFFDIO_MOVE: c_ulong = 0xc028_aa05;
+const UFFDIO_MOVE_MODE_DONTWAKE: u64 = 1;
+const UFFD_FEATURE_MOVE: u64 = 1 << 16;
 const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
 const UFFDIO_REGISTER_MODE_WP: u64 = 2;
 const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1;
@@ -104,6 +120,14 @@ struct UffdioCopy {
     copy: i64,
 }
 #[repr(C)]
+struct UffdioMove {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    moved: i64,
+}
+#[repr(C)]
 struct UffdioZeropage {
     range: UffdioRange,
     mode: u64,
@@ -123,11 +147,20 @@ struct UffdMsg {
     a2: u64,
 }
 
+/// A program's MADV_DONTNEED is announced (REMOVE event) before its pages are zapped, and
+/// the zap follows once the event is read. A page dropped in between would carry the old
+/// contents past the discard; so ranges discarded in the last second are left alone.
+const DISCARDED: usize = 64;
+const DISCARD_QUARANTINE_NS: u64 = 1_000_000_000;
+
 /// Private pages dropped at a time (their contents wait here until the next access).
-const SAVED: usize = 32;
+/// Enough slots for a quarter second of the default floor (500 pages/s).
+const SAVED: usize = 128;
 const PAGE: usize = 4096;
-/// A dropped page nobody touched within this time is put back.
-const SAVED_MAX_NS: u64 = 1_000_000_000;
+/// A dropped page nobody touched within this time is put back and is no longer hot. Short,
+/// because pages of a finished phase would otherwise hold the slots and starve the
+/// re-arming of the new phase's pages.
+const SAVED_MAX_NS: u64 = 250_000_000;
 
 #[derive(Clone, Copy)]
 struct Saved {
@@ -138,6 +171,11 @@ struct Saved {
     /// not the program discarding the page (the event is read, and the madvise returns,
     /// before the fault thread gets to handle it).
     own_remove: u64,
+    /// The page itself was moved into this slot's vault page (UFFDIO_MOVE); otherwise its
+    /// contents were copied into `data`.
+    moved: bool,
+    /// The vault page still holds a discarded page; the re-arm thread frees it.
+    vault_dirty: bool,
     data: [u8; PAGE],
 }
 
@@ -168,7 +206,7 @@ struct State {
     regions: [Region; MAX_REGIONS],
     nregions: usize,
     total_pages: u64,
-    excluded: [(u64, u64); 4],
+    excluded: [(u64, u64); 5],
     maps: [u8; MAPS_BUF],
     /// Pages that faulted (private) or were found mapped again (shared) since re-armed.
     hot: [(u64, bool); HOT],
@@ -179,6 +217,25 @@ struct State {
     nprobe: usize,
     pagemap: c_int,
     saved: [Saved; SAVED],
+    /// SAVED pages that hold moved-out program pages (0: pages are saved by copy). Registered
+    /// (missing mode) with our userfaultfd, because UFFDIO_MOVE wants its destination
+    /// registered; nobody ever touches this memory.
+    vault: u64,
+    /// Ranges the program discarded lately (start, end, when): not dropped for a while.
+    discarded: [(u64, u64, u64); DISCARDED],
+    discarded_next: usize,
+    /// Set when an entry still in quarantine had to be overwritten: nothing is dropped
+    /// before this time.
+    quarantine_all_until: u64,
+    /// Program mapping changes (UNMAP, REMOVE, REMAP) handled so far, and their count at the
+    /// start of the last scan of /proc/self/maps: while they differ, the candidate list may
+    /// name memory that is gone or that a new, unregistered mapping holds now, so nothing is
+    /// dropped until the next scan (the next tick).
+    changes: u64,
+    scanned_changes: u64,
+    /// Old ranges of REMAP events whose UNMAP is still to come.
+    remapped: [(u64, u64); DISCARDED],
+    remapped_next: usize,
     /// Every range registered with our uffd (under the lock), for stepping back.
     registered: [(u64, u64); MAX_REGIONS],
     nregistered: usize,
@@ -197,6 +254,13 @@ impl State {
             self.hot[i] = (page, shared);
         }
     }
+
+    fn remove_hot(&mut self, page: u64) {
+        if let Some(i) = self.hot[..self.nhot].iter().position(|&(p, _)| p == page) {
+            self.nhot -= 1;
+            self.hot[i] = self.hot[self.nhot];
+        }
+    }
 }
 
 /// The agent's uffd (-1: none); read by the interposed ioctl.
@@ -210,6 +274,8 @@ static HOLD: AtomicBool = AtomicBool::new(false);
 /// The private page being dropped right now (0: none).
 static DROPPING: AtomicU64 = AtomicU64::new(0);
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+/// Our userfaultfd offers UFFDIO_MOVE.
+static UFFD_CAN_MOVE: AtomicBool = AtomicBool::new(false);
 
 fn lock() {
     while BUSY
@@ -292,34 +358,121 @@ unsafe fn quiesce() {
 /// (the program is changing its mappings; an event is pending): the slot is kept and the
 /// caller retries later, never spinning with the lock held.
 unsafe fn restore(st: &mut State, i: usize) -> bool {
-    let slot = &mut st.saved[i];
+    let addr = st.saved[i].addr;
+    if st.saved[i].moved {
+        let mut mv = UffdioMove {
+            dst: addr,
+            src: vault_page(st, i),
+            len: PAGE as u64,
+            mode: 0,
+            moved: 0,
+        };
+        if uffd_ioctl(st.uffd, UFFDIO_MOVE, &mut mv as *mut _ as *mut c_void) == 0 {
+            st.saved[i].moved = false;
+        } else if errno() == libc::EAGAIN {
+            return false;
+        } else {
+            // Refused (a move wants equal protections: the program may have made the range
+            // read-only): copy it back instead. Or the range is gone, and the page with it.
+            if !copy_back(st, addr, vault_page(st, i)) && errno() == libc::EAGAIN {
+                return false;
+            }
+            discard(st, i);
+        }
+    } else if !copy_back(st, addr, st.saved[i].data.as_ptr() as u64) && errno() == libc::EAGAIN {
+        return false;
+    }
+    // Put back, or EEXIST (already back), or the range is gone: the slot is done.
+    let mut rg = UffdioRange {
+        start: addr,
+        len: PAGE as u64,
+    };
+    uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
+    st.saved[i].addr = 0;
+    true
+}
+
+/// UFFDIO_COPY of one page from `src` to `dst`; true when done (or already there).
+unsafe fn copy_back(st: &State, dst: u64, src: u64) -> bool {
     let mut c = UffdioCopy {
-        dst: slot.addr,
-        src: slot.data.as_ptr() as u64,
+        dst,
+        src,
         len: PAGE as u64,
         mode: 0,
         copy: 0,
     };
-    if uffd_ioctl(st.uffd, UFFDIO_COPY, &mut c as *mut _ as *mut c_void) != 0
-        && errno() == libc::EAGAIN
-    {
-        return false;
-    }
-    // Copied, or EEXIST (already back), or the range is gone: the slot is done.
-    let mut rg = UffdioRange {
-        start: slot.addr,
-        len: PAGE as u64,
-    };
-    uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
-    slot.addr = 0;
-    true
+    uffd_ioctl(st.uffd, UFFDIO_COPY, &mut c as *mut _ as *mut c_void) == 0
+        || errno() == libc::EEXIST
 }
 
-/// A free slot: no page, and no REMOVE event of ours still to come for it.
+fn vault_page(st: &State, i: usize) -> u64 {
+    st.vault + (i * PAGE) as u64
+}
+
+/// Forgets slot `i`'s page (the program discarded or unmapped it). A moved page stays in
+/// the vault until the re-arm thread frees it: freeing raises a REMOVE event, which the
+/// fault thread (the caller here) would have to read itself.
+fn discard(st: &mut State, i: usize) {
+    if st.saved[i].moved {
+        st.saved[i].vault_dirty = true;
+        st.saved[i].moved = false;
+    }
+    st.saved[i].addr = 0;
+}
+
+/// Frees the vault pages of discarded slots (re-arm thread, without the lock held across
+/// the madvise: its REMOVE event is read by the fault thread).
+unsafe fn clean_vault(st: &mut State) {
+    for i in 0..SAVED {
+        lock();
+        let dirty = st.saved[i].vault_dirty;
+        unlock();
+        if dirty {
+            libc::madvise(vault_page(st, i) as *mut c_void, PAGE, libc::MADV_DONTNEED);
+            lock();
+            st.saved[i].vault_dirty = false;
+            unlock();
+        }
+    }
+}
+
+/// A free slot: no page, none in flight, no REMOVE event of ours still to come for it, and
+/// an empty vault page.
 fn free_slot(st: &State) -> Option<usize> {
     st.saved
         .iter()
-        .position(|x| x.addr == 0 && x.own_remove == 0)
+        .position(|x| x.addr == 0 && x.own_remove == 0 && !x.vault_dirty)
+}
+
+/// Remembers a range the program discarded (caller holds the lock).
+fn note_discard(st: &mut State, start: u64, end: u64) {
+    let now = monotonic_ns();
+    let (_, _, old) = st.discarded[st.discarded_next];
+    if old != 0 && now.saturating_sub(old) < DISCARD_QUARANTINE_NS {
+        st.quarantine_all_until = st.quarantine_all_until.max(old + DISCARD_QUARANTINE_NS);
+    }
+    st.discarded[st.discarded_next] = (start, end, now);
+    st.discarded_next = (st.discarded_next + 1) % DISCARDED;
+}
+
+/// Whether [start, end) is the old range of a REMAP handled earlier (forgets it then).
+fn take_remapped(st: &mut State, start: u64, end: u64) -> bool {
+    match st.remapped.iter().position(|&r| r == (start, end)) {
+        Some(k) => {
+            st.remapped[k] = (0, 0);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Whether `page` lies in a range the program discarded within the quarantine.
+fn recently_discarded(st: &State, page: u64) -> bool {
+    let now = monotonic_ns();
+    now < st.quarantine_all_until
+        || st.discarded.iter().any(|&(a, b, t)| {
+            a <= page && page < b && now.saturating_sub(t) < DISCARD_QUARANTINE_NS
+        })
 }
 
 extern "C" fn after_fork_child() {
@@ -330,6 +483,9 @@ extern "C" fn after_fork_child() {
         unsafe {
             if (*old).uffd >= 0 {
                 libc::close((*old).uffd);
+            }
+            if (*old).vault != 0 {
+                libc::munmap((*old).vault as *mut c_void, SAVED * PAGE);
             }
             if (*old).pagemap >= 0 {
                 libc::close((*old).pagemap);
@@ -388,7 +544,9 @@ fn start() {
         );
         let view = RingView::new((*st).ring);
         if (*st).private {
-            match open_uffd() {
+            // HUDDLE_AGENT_MOVE=0 saves pages by copy even where the kernel can move them.
+            let with_move = std::env::var("HUDDLE_AGENT_MOVE").map_or(true, |v| v != "0");
+            match open_uffd(with_move) {
                 Ok(fd) => {
                     (*st).uffd = fd;
                     view.header()
@@ -405,6 +563,9 @@ fn start() {
                 }
             }
         }
+        if (*st).uffd >= 0 && UFFD_CAN_MOVE.load(Ordering::Relaxed) {
+            open_vault(st);
+        }
         UFFD.store((*st).uffd, Ordering::Release);
         STATE.store(st, Ordering::Release);
         // The helpers run on stacks of our own, so that their ranges are known and excluded
@@ -412,6 +573,9 @@ fn start() {
         let stacks = [own_mapping(HELPER_STACK), own_mapping(HELPER_STACK)];
         for (k, stack) in stacks.iter().enumerate() {
             (*st).excluded[2 + k] = (*stack as u64, *stack as u64 + HELPER_STACK as u64);
+        }
+        if (*st).vault != 0 {
+            (*st).excluded[4] = ((*st).vault, (*st).vault + (SAVED * PAGE) as u64);
         }
         let mains: [extern "C" fn(*mut c_void) -> *mut c_void; 2] = [fault_main, rearm_main];
         for (stack, main) in stacks.into_iter().zip(mains) {
@@ -501,7 +665,7 @@ unsafe fn open_ring(dir: &std::ffi::OsStr) -> *mut u8 {
 
 /// A userfaultfd that also handles faults taken inside system calls (no
 /// UFFD_USER_MODE_ONLY: with it, a write(2) into a protected page would fail).
-unsafe fn open_uffd() -> Result<c_int, i32> {
+unsafe fn open_uffd(with_move: bool) -> Result<c_int, i32> {
     let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) as c_int;
     if fd < 0 {
         return Err(errno());
@@ -521,25 +685,67 @@ unsafe fn open_uffd() -> Result<c_int, i32> {
         features: UFFD_FEATURE_THREAD_ID
             | UFFD_FEATURE_EVENT_REMOVE
             | UFFD_FEATURE_EVENT_UNMAP
-            | UFFD_FEATURE_EVENT_REMAP,
+            | UFFD_FEATURE_EVENT_REMAP
+            | if with_move { UFFD_FEATURE_MOVE } else { 0 },
         ioctls: 0,
     };
     if uffd_ioctl(fd, UFFDIO_API, &mut api as *mut _ as *mut c_void) != 0 {
         let e = errno();
         libc::close(fd);
+        if with_move {
+            // A kernel before 6.8: no UFFDIO_MOVE, pages are saved by copy.
+            return open_uffd(false);
+        }
         return Err(e);
     }
+    UFFD_CAN_MOVE.store(with_move, Ordering::Relaxed);
     Ok(fd)
 }
 
-fn monotonic_ns() -> u64 {
+/// Sets up the vault for dropping pages by moving them (UFFDIO_MOVE, Linux 6.8): no copy
+/// and no write-protect window. Without it, pages are saved by copy.
+unsafe fn open_vault(st: *mut State) {
+    let vault = own_mapping(SAVED * PAGE);
+    if vault.is_null() {
+        return;
+    }
+    let mut reg = UffdioRegister {
+        range: UffdioRange {
+            start: vault as u64,
+            len: (SAVED * PAGE) as u64,
+        },
+        mode: UFFDIO_REGISTER_MODE_MISSING,
+        ioctls: 0,
+    };
+    if uffd_ioctl(
+        (*st).uffd,
+        UFFDIO_REGISTER,
+        &mut reg as *mut _ as *mut c_void,
+    ) != 0
+    {
+        libc::munmap(vault, SAVED * PAGE);
+        return;
+    }
+    (*st).vault = vault as u64;
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CPU time of the calling thread (ns).
+fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// Common start of both helper threads: no signals (a program handler must never run
@@ -594,7 +800,11 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                 revents: 0,
             };
             let timeout = if ndeferred > 0 { 1 } else { 1000 };
+            // The lock is taken before the read: once an event is read, the program goes on
+            // (it may touch the moved range at once), so no other helper may act on the
+            // slots' old addresses until the event is handled.
             if libc::poll(&mut pfd, 1, timeout) > 0 {
+                lock();
                 let n = libc::read(
                     fd,
                     msgs.as_mut_ptr() as *mut c_void,
@@ -611,7 +821,9 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                         ndeferred += 1;
                     }
                 }
+                unlock();
             }
+            lock();
             let mut keep = 0;
             for k in 0..ndeferred {
                 let m = deferred[k];
@@ -621,11 +833,15 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                 }
             }
             ndeferred = keep;
+            unlock();
+            view.header()
+                .fault_cpu_ns
+                .store(thread_cpu_ns(), Ordering::Relaxed);
         }
     }
 }
 
-/// Handles one message; false when it must be retried (EAGAIN).
+/// Handles one message (the caller holds the lock); false when it must be retried.
 unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
     let page_mask = !(st.page - 1);
     match m.event {
@@ -655,7 +871,6 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 }
             } else {
                 // Missing: a page we dropped (put its contents back) or one never touched.
-                lock();
                 let slot = st.saved.iter().position(|x| x.addr == page);
                 let done = match slot {
                     Some(i) => restore(st, i),
@@ -672,7 +887,6 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 if done {
                     st.add_hot(page, false);
                 }
-                unlock();
                 if !done {
                     return false;
                 }
@@ -696,7 +910,9 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
         }
         UFFD_EVENT_REMOVE | UFFD_EVENT_UNMAP => {
             // The program discarded [a0, a1): its dropped pages there must stay discarded.
-            lock();
+            if st.vault != 0 && m.a0 >= st.vault && m.a1 <= vault_page(st, SAVED) {
+                return true; // clean_vault's own
+            }
             let own = st
                 .saved
                 .iter()
@@ -704,25 +920,34 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             match own {
                 // Our own drop: the page is saved on purpose.
                 Some(i) => st.saved[i].own_remove = 0,
+                // The old range of an mremap whose REMAP was handled: its slots moved with
+                // it, and any slot there now arrived later (another thread may already have
+                // moved memory into the freed range).
+                None if m.event == UFFD_EVENT_UNMAP && take_remapped(st, m.a0, m.a1) => {}
                 None => {
-                    for x in st.saved.iter_mut() {
-                        if x.addr != 0 && m.a0 <= x.addr && x.addr < m.a1 {
-                            x.addr = 0;
+                    // REMOVE: announced, zapped once read (DISCARD_QUARANTINE_NS). UNMAP:
+                    // done, but the candidate list holds the range until the next scan.
+                    note_discard(st, m.a0, m.a1);
+                    st.changes += 1;
+                    for i in 0..SAVED {
+                        let a = st.saved[i].addr;
+                        if a != 0 && m.a0 <= a && a < m.a1 {
+                            discard(st, i);
                         }
                     }
                 }
             }
-            unlock();
             true
         }
         UFFD_EVENT_REMAP => {
-            lock();
             for x in st.saved.iter_mut() {
                 if x.addr != 0 && m.a0 <= x.addr && x.addr < m.a0 + m.a2 {
                     x.addr = x.addr - m.a0 + m.a1;
                 }
             }
-            unlock();
+            st.changes += 1;
+            st.remapped[st.remapped_next] = (m.a0, m.a0 + m.a2);
+            st.remapped_next = (st.remapped_next + 1) % DISCARDED;
             true
         }
         _ => true,
@@ -756,12 +981,18 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             };
             libc::nanosleep(&ts, std::ptr::null_mut());
             let now = monotonic_ns();
-            if tick.is_multiple_of(10) || st.nregions == 0 {
+            // Every 100 ms, and every tick only during the first 100 ms (a program with
+            // nothing eligible yet would otherwise pay for a read of its maps every tick).
+            lock();
+            let changed = st.changes != st.scanned_changes;
+            unlock();
+            if tick.is_multiple_of(10) || changed || (st.nregions == 0 && tick < 10) {
                 scan_maps(st, &view);
             }
             tick += 1;
             view.header().ticks.fetch_add(1, Ordering::Relaxed);
             expire(st, now);
+            clean_vault(st);
             let dt = (now - last) as f64 / 1e9;
             last = now;
             // The floor is program-wide: the detector divides it among the live agents.
@@ -778,6 +1009,9 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             let hot = if st.nhot > 0 { (n + tick % 2) / 2 } else { 0 };
             rearm_hot(st, &view, hot);
             rearm(st, &view, n - hot);
+            view.header()
+                .rearm_cpu_ns
+                .store(thread_cpu_ns(), Ordering::Relaxed);
         }
     }
 }
@@ -786,8 +1020,9 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
 unsafe fn expire(st: &mut State, now: u64) {
     lock();
     for i in 0..SAVED {
-        if st.saved[i].addr != 0 && now.saturating_sub(st.saved[i].since) > SAVED_MAX_NS {
-            restore(st, i);
+        let page = st.saved[i].addr;
+        if page != 0 && now.saturating_sub(st.saved[i].since) > SAVED_MAX_NS && restore(st, i) {
+            st.remove_hot(page);
         }
     }
     unlock();
@@ -808,6 +1043,9 @@ fn parse_hex(s: &[u8]) -> Option<u64> {
 /// Re-reads /proc/self/maps into the candidate list (no allocation) and registers private
 /// anonymous candidates with the userfaultfd.
 unsafe fn scan_maps(st: &mut State, view: &RingView) {
+    lock();
+    st.scanned_changes = st.changes;
+    unlock();
     let fd = libc::open(
         c"/proc/self/maps".as_ptr(),
         libc::O_RDONLY | libc::O_CLOEXEC,
@@ -1020,6 +1258,14 @@ unsafe fn drop_private(st: &mut State, view: &RingView, page: u64) {
         unlock();
         return;
     }
+    if st.changes != st.scanned_changes || recently_discarded(st, page) {
+        unlock();
+        return;
+    }
+    if st.vault != 0 {
+        drop_by_move(st, view, page, i);
+        return;
+    }
     DROPPING.store(page, Ordering::SeqCst);
     unlock();
     let range = UffdioRange {
@@ -1059,18 +1305,24 @@ unsafe fn drop_private(st: &mut State, view: &RingView, page: u64) {
         unlock();
         dropped = libc::madvise(page as *mut c_void, PAGE, libc::MADV_DONTNEED) == 0;
     }
-    loop {
-        let mut un = UffdioWriteprotect { range, mode: 0 };
-        if uffd_ioctl(
-            st.uffd,
-            UFFDIO_WRITEPROTECT,
-            &mut un as *mut _ as *mut c_void,
-        ) == 0
-            || errno() != libc::EAGAIN
-        {
-            break;
+    // A dropped anonymous page keeps no write-protect marker (the kernel installs markers
+    // for file memory only): its next access is a missing fault, resolved without
+    // protection. Lifting the protection here would only wait (EAGAIN) until the fault
+    // thread has read the REMOVE event of our own madvise.
+    if !dropped {
+        loop {
+            let mut un = UffdioWriteprotect { range, mode: 0 };
+            if uffd_ioctl(
+                st.uffd,
+                UFFDIO_WRITEPROTECT,
+                &mut un as *mut _ as *mut c_void,
+            ) == 0
+                || errno() != libc::EAGAIN
+            {
+                break;
+            }
+            libc::sched_yield();
         }
-        libc::sched_yield();
     }
     let mut rg = range;
     uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
@@ -1091,6 +1343,31 @@ unsafe fn drop_private(st: &mut State, view: &RingView, page: u64) {
     } else {
         view.header().errors.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Drops `page` by moving it into vault slot `i`. Called with the lock held, and keeps it
+/// across the move: the fault thread reads events only under the lock, so an event of the
+/// program about this page is either handled already (the range is then in quarantine and
+/// skipped) or still unread, and then the kernel refuses the move (EAGAIN). Either way the
+/// page moved is one of a mapping registered with us, whose next access faults to us.
+unsafe fn drop_by_move(st: &mut State, view: &RingView, page: u64, i: usize) {
+    let mut mv = UffdioMove {
+        dst: vault_page(st, i),
+        src: page,
+        len: PAGE as u64,
+        mode: UFFDIO_MOVE_MODE_DONTWAKE,
+        moved: 0,
+    };
+    // EBUSY for a page shared with a forked child or pinned: left where it is, as on any error.
+    if uffd_ioctl(st.uffd, UFFDIO_MOVE, &mut mv as *mut _ as *mut c_void) == 0 {
+        st.saved[i].addr = page;
+        st.saved[i].since = monotonic_ns();
+        st.saved[i].moved = true;
+        view.header()
+            .rearmed_private
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    unlock();
 }
 
 /// Whether `page` is mapped now (pagemap bit 63). Re-arming an unmapped page does nothing,

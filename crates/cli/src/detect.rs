@@ -284,8 +284,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             stats.perf_lost, stats.agent_dropped
         );
     }
+    // The helpers' CPU is part of the target's; the program's own is what is left.
+    let cost = match stats.target_cpu_s {
+        Some(t) if t - stats.agent_cpu_s > 0.0 => format!(
+            "; detection CPU {:.2} s = {:.1} % of the program's",
+            stats.detector_cpu_s + stats.agent_cpu_s,
+            100.0 * (stats.detector_cpu_s + stats.agent_cpu_s) / (t - stats.agent_cpu_s)
+        ),
+        _ => String::new(),
+    };
     eprintln!(
-        "huddle: {} tasks in the matrix ({} seen), {} faults, {} communication events -> {}",
+        "huddle: {} tasks in the matrix ({} seen), {} faults, {} communication events -> {}{cost}",
         rows.len(),
         tasks.len(),
         stats.faults,

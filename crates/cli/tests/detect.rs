@@ -194,6 +194,61 @@ fn checksum_is_the_same_with_and_without_detection_threads() {
     same_checksum("threads");
 }
 
+/// A C program checks its own memory while the agent drops and restores its pages 20 times
+/// faster than by default, and meanwhile discards, moves, unmaps and maps memory, reads into
+/// it with a system call and forks (crates/cli/tests/agent_torture.c).
+fn agent_keeps_memory_intact(saved_by: &str) {
+    let d = tmp(&format!("torture-{saved_by}"));
+    let bin = d.join("agent_torture");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agent_torture.c");
+    let cc = Command::new("cc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("cc runs");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let mut c = Command::new(huddle());
+    c.env("HUDDLE_AGENT", agent())
+        .env(
+            "HUDDLE_AGENT_MOVE",
+            if saved_by == "move" { "1" } else { "0" },
+        )
+        .args(["detect", "--rearm-floor", "10000", "--out"])
+        .arg(d.join("m.csv"))
+        .arg("--")
+        .arg(&bin)
+        .arg("3");
+    let o = c.output().expect("huddle runs");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(
+        o.status.success() && out.contains("all checks held"),
+        "{out}{err}"
+    );
+    let stats = &json(&d.join("m.json"))["stats"];
+    assert!(
+        stats["rearmed_private"].as_u64().unwrap_or(0) > 100,
+        "the agent dropped pages: {stats}"
+    );
+}
+
+#[test]
+fn agent_keeps_memory_intact_when_moving_pages() {
+    agent_keeps_memory_intact("move");
+}
+
+#[test]
+fn agent_keeps_memory_intact_when_copying_pages() {
+    agent_keeps_memory_intact("copy");
+}
+
 #[test]
 fn command_not_found_exits_127() {
     let d = tmp("notfound");

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 
@@ -51,6 +51,10 @@ pub struct Header {
     /// Written by the detector: this agent's part of the program-wide re-arm floor, in pages
     /// per second (the floor divided among the program's live agents); 0 = its own floor.
     pub floor_share: AtomicU64,
+    /// CPU time (CLOCK_THREAD_CPUTIME_ID, ns) of the re-arm and the fault thread so far: what
+    /// the agent costs the program, apart from the faults it causes.
+    pub rearm_cpu_ns: AtomicU64,
+    pub fault_cpu_ns: AtomicU64,
 }
 
 /// A fault the agent resolved itself: task `tid` touched `addr` at `time` (CLOCK_MONOTONIC ns).

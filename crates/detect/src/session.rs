@@ -141,6 +141,17 @@ pub struct Stats {
     pub agent_errors: u64,
     pub candidate_pages: u64,
     pub agents: usize,
+    /// CPU seconds of the detector itself (this process) and of the agents' helper threads
+    /// (inside the target); the target's own CPU seconds once it ended (spawned targets
+    /// only), helpers included.
+    pub detector_cpu_s: f64,
+    pub agent_cpu_s: f64,
+    pub target_cpu_s: Option<f64>,
+}
+
+fn cpu_seconds(ru: &libc::rusage) -> f64 {
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Which sources run, and why others do not.
@@ -191,6 +202,8 @@ pub struct Session {
     pid: i32,
     spawned: bool,
     exit: Option<TargetExit>,
+    /// User + system CPU seconds of the spawned target and its waited-for descendants.
+    target_cpu_s: Option<f64>,
     started: Instant,
     t0_ns: u64,
     shift: u32,
@@ -202,14 +215,31 @@ pub struct Session {
     tasks: Vec<TaskInfo>,
     index: HashMap<u32, usize>,
     counts: Vec<Vec<u64>>,
-    maps: HashMap<u32, (u64, Option<Vec<Vma>>)>,
+    maps: HashMap<u32, CachedMaps>,
     generation: u64,
+    /// CLOCK_MONOTONIC ns at the start of the current poll.
+    poll_ns: u64,
+    rings_scanned_ns: u64,
     faults: u64,
     comm_events: u64,
     agent_faults_seen: u64,
     sources: Vec<SourceStatus>,
     batch: Vec<(u64, Record)>,
 }
+
+/// A process's mappings as last read from /proc/PID/maps.
+struct CachedMaps {
+    read_ns: u64,
+    read_generation: u64,
+    vmas: Option<Vec<Vma>>,
+}
+
+/// Mappings are read again when a fault falls outside them, or when older than this: reading
+/// /proc/PID/maps at every poll cost more than the faults it keyed (and takes the target's
+/// mmap lock). A mapping replaced in place is keyed by its old kind for at most this long.
+const MAPS_MAX_AGE_NS: u64 = 500_000_000;
+/// New agent rings (processes started) are looked for at most this often.
+const RING_SCAN_NS: u64 = 100_000_000;
 
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -289,6 +319,7 @@ impl Session {
             pid: 0,
             spawned: false,
             exit: None,
+            target_cpu_s: None,
             started: Instant::now(),
             t0_ns: monotonic_ns(),
             shift: cfg.block_size.trailing_zeros(),
@@ -302,6 +333,8 @@ impl Session {
             counts: Vec::new(),
             maps: HashMap::new(),
             generation: 0,
+            poll_ns: 0,
+            rings_scanned_ns: 0,
             faults: 0,
             comm_events: 0,
             agent_faults_seen: 0,
@@ -568,8 +601,10 @@ impl Session {
         }
         if self.spawned {
             let mut st = 0;
-            // SAFETY: waitpid on our own child.
-            if unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) } == self.pid {
+            // SAFETY: wait4 on our own child; ru is a valid out-pointer.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            if unsafe { libc::wait4(self.pid, &mut st, libc::WNOHANG, &mut ru) } == self.pid {
+                self.target_cpu_s = Some(cpu_seconds(&ru));
                 self.exit = Some(if libc::WIFSIGNALED(st) {
                     TargetExit::Signal(libc::WTERMSIG(st))
                 } else {
@@ -606,6 +641,7 @@ impl Session {
 
     fn poll_until(&mut self, cut: u64) -> u64 {
         self.generation += 1;
+        self.poll_ns = monotonic_ns();
         let mut batch = std::mem::take(&mut self.batch);
         if let Some(p) = self.perf.as_mut() {
             p.drain(|r| {
@@ -618,7 +654,10 @@ impl Session {
                 batch.push((t, r));
             });
         }
-        self.scan_rings();
+        if cut == u64::MAX || self.poll_ns.saturating_sub(self.rings_scanned_ns) >= RING_SCAN_NS {
+            self.rings_scanned_ns = self.poll_ns;
+            self.scan_rings();
+        }
         let use_agent_faults = self.perf.is_none();
         let mut agent_seen = 0;
         for r in self.rings.values() {
@@ -767,12 +806,26 @@ impl Session {
     /// The sharer-table key of a faulting address: shared mappings by (device, inode,
     /// offset) so that processes meet; everything else by (process, virtual address).
     fn key(&mut self, pid: u32, addr: u64) -> u64 {
-        let gen = self.generation;
-        let entry = self.maps.entry(pid).or_insert((0, None));
-        if entry.0 != gen {
-            *entry = (gen, procmaps::read(pid));
+        let (now, generation) = (self.poll_ns, self.generation);
+        let entry = self.maps.entry(pid).or_insert(CachedMaps {
+            read_ns: 0,
+            read_generation: 0,
+            vmas: None,
+        });
+        let stale = now.saturating_sub(entry.read_ns) > MAPS_MAX_AGE_NS;
+        let outside = entry
+            .vmas
+            .as_deref()
+            .is_none_or(|v| procmaps::find(v, addr).is_none());
+        // At most one read per poll, even for faults outside every mapping.
+        if (stale || outside) && entry.read_generation != generation {
+            *entry = CachedMaps {
+                read_ns: now,
+                read_generation: generation,
+                vmas: procmaps::read(pid),
+            };
         }
-        if let Some(v) = entry.1.as_deref().and_then(|v| procmaps::find(v, addr)) {
+        if let Some(v) = entry.vmas.as_deref().and_then(|v| procmaps::find(v, addr)) {
             if v.shared {
                 let off = v.offset + (addr - v.start);
                 return mix(mix(v.dev ^ 0x5348_4152_4544) ^ v.inode) ^ (off >> self.shift);
@@ -883,8 +936,14 @@ impl Session {
             table_slots: self.table.slots(),
             table_evictions: self.table.evictions,
             agents: self.rings.len(),
+            target_cpu_s: self.target_cpu_s,
             ..Stats::default()
         };
+        // SAFETY: getrusage writes the struct we pass.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
+            s.detector_cpu_s = cpu_seconds(&ru);
+        }
         use std::sync::atomic::Ordering::Relaxed;
         for r in self.rings.values() {
             let h = r.view.header();
@@ -894,6 +953,8 @@ impl Session {
             s.agent_handled += h.handled.load(Relaxed);
             s.agent_errors += h.errors.load(Relaxed);
             s.candidate_pages += h.candidate_pages.load(Relaxed);
+            s.agent_cpu_s +=
+                (h.rearm_cpu_ns.load(Relaxed) + h.fault_cpu_ns.load(Relaxed)) as f64 / 1e9;
         }
         s
     }

@@ -1,0 +1,169 @@
+/* A program that checks its own memory while the huddle agent drops and restores its pages.
+ *
+ * Threads own word-sized cells in private anonymous memory and keep a running value in each;
+ * every pass re-reads every cell it owns and compares. Meanwhile they also do what real
+ * programs do to memory the agent may have dropped: discard pages themselves
+ * (MADV_DONTNEED must then read as zeros, never as the agent's saved copy), move a mapping
+ * (mremap), unmap and map again, read(2) from a pipe into it (a fault inside a system call),
+ * and fork a child that checks what it inherited. Exit status 0 when every check held,
+ * 1 with a line on stderr naming the first that did not.
+ *
+ * Usage: agent_torture SECONDS
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define THREADS 4
+#define PAGES 512 /* per thread: 2 MiB */
+#define PAGE 4096
+#define WORDS (PAGES * PAGE / 8)
+#define MOVING 64 /* pages of the mapping that mremap moves */
+
+static double seconds;
+static volatile int failed;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void fail(const char *what, int t, size_t i, uint64_t got, uint64_t want) {
+    if (!__sync_lock_test_and_set(&failed, 1))
+        fprintf(stderr, "agent_torture: thread %d: %s at word %zu: %#llx, expected %#llx\n", t,
+                what, i, (unsigned long long)got, (unsigned long long)want);
+}
+
+static uint64_t *fresh(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(2);
+    }
+    return p;
+}
+
+static void *worker(void *arg) {
+    int t = (int)(intptr_t)arg;
+    size_t bytes = (size_t)WORDS * 8;
+    uint64_t *a = fresh(bytes);
+    uint64_t *want = malloc(bytes); /* the expected values, in malloc'd (also dropped) memory */
+    for (size_t i = 0; i < WORDS; i++)
+        a[i] = want[i] = ((uint64_t)t << 56) ^ i;
+    /* A mapping of its own: `a` is split by the unmap case below, and mremap must not span
+     * several mappings. */
+    size_t mbytes = MOVING * PAGE;
+    uint64_t *m = fresh(mbytes);
+    uint64_t moves = 0;
+    for (size_t i = 0; i < mbytes / 8; i++)
+        m[i] = ~(uint64_t)i;
+    double end = now() + seconds;
+    for (unsigned pass = 1; !failed && now() < end; pass++) {
+        for (size_t i = 0; i < WORDS; i++) {
+            if (a[i] != want[i]) {
+                fail("lost update", t, i, a[i], want[i]);
+                break;
+            }
+            a[i] = want[i] = want[i] * 6364136223846793005ULL + pass;
+        }
+        /* AGENT_TORTURE_CASE=N repeats one case (for debugging). */
+        const char *only = getenv("AGENT_TORTURE_CASE");
+        switch (only ? (unsigned)atoi(only) : pass % 5) {
+        case 0: { /* the program discards a page itself: it must read zeros afterwards */
+            size_t p = (pass * 7) % PAGES, w = p * PAGE / 8;
+            madvise((char *)a + p * PAGE, PAGE, MADV_DONTNEED);
+            for (size_t i = w; i < w + PAGE / 8; i++) {
+                if (a[i] != 0)
+                    fail("discarded page not zero", t, i, a[i], 0);
+                want[i] = 0;
+            }
+            break;
+        }
+        case 1: { /* a mapping moves, and keeps its contents */
+            uint64_t *b = mremap(m, mbytes, mbytes, MREMAP_MAYMOVE | MREMAP_FIXED, fresh(mbytes));
+            if (b == MAP_FAILED) {
+                perror("mremap");
+                exit(2);
+            }
+            m = b;
+            for (size_t i = 0; i < mbytes / 8; i++) {
+                if (m[i] != ~(uint64_t)i + moves)
+                    fail("moved mapping changed", t, i, m[i], ~(uint64_t)i + moves);
+                m[i]++;
+            }
+            moves++;
+            break;
+        }
+        case 2: { /* a system call writes into the memory */
+            int fd[2];
+            size_t p = (pass * 13) % PAGES, w = p * PAGE / 8;
+            if (pipe(fd) != 0) {
+                perror("pipe");
+                exit(2);
+            }
+            uint64_t block[PAGE / 8];
+            for (size_t i = 0; i < PAGE / 8; i++)
+                block[i] = want[w + i] = ~want[w + i];
+            if (write(fd[1], block, sizeof block) != (ssize_t)sizeof block ||
+                read(fd[0], &a[w], sizeof block) != (ssize_t)sizeof block) {
+                perror("pipe I/O");
+                exit(2);
+            }
+            close(fd[0]);
+            close(fd[1]);
+            break;
+        }
+        case 3: { /* a child inherits the memory and checks it */
+            pid_t c = fork();
+            if (c == 0) {
+                for (size_t i = 0; i < WORDS; i++)
+                    if (a[i] != want[i])
+                        _exit(1);
+                _exit(0);
+            }
+            int st = 0;
+            waitpid(c, &st, 0);
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                fail("child saw other contents", t, 0, 0, 0);
+            break;
+        }
+        case 4: { /* unmap one page and map a fresh one there: zeros again */
+            size_t p = (pass * 3) % PAGES, w = p * PAGE / 8;
+            char *at = (char *)a + p * PAGE;
+            munmap(at, PAGE);
+            if (mmap(at, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                     0) != at) {
+                perror("mmap fixed");
+                exit(2);
+            }
+            for (size_t i = w; i < w + PAGE / 8; i++) {
+                if (a[i] != 0)
+                    fail("remapped page not zero", t, i, a[i], 0);
+                want[i] = 0;
+            }
+            break;
+        }
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    seconds = argc > 1 ? atof(argv[1]) : 2;
+    pthread_t th[THREADS];
+    for (int t = 0; t < THREADS; t++)
+        pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
+    for (int t = 0; t < THREADS; t++)
+        pthread_join(th[t], NULL);
+    if (!failed)
+        printf("agent_torture: all checks held\n");
+    return failed;
+}
