@@ -19,13 +19,20 @@ pub fn map(graph: &Graph, arch: &Arch) -> Vec<usize> {
         side: vec![NONE; n],
         leaf_of: vec![0; n],
         strength: (0..n).map(|i| graph.strength(i)).collect(),
+        score: vec![0.0; n],
+        locked: vec![false; n],
     };
-    let tasks: Vec<usize> = (0..n).collect();
+    // Every part keeps this order (heaviest first), which growing starts from.
+    let mut tasks: Vec<usize> = (0..n).collect();
+    tasks.sort_by(|&x, &y| st.strength[y].total_cmp(&st.strength[x]).then(x.cmp(&y)));
     st.recurse(arch, vec![arch.root()], tasks);
     st.leaf_of
 }
 
 const NONE: u8 = 2;
+
+/// `SIGN[s][side of u]`: how an edge to u counts in the gain of moving a task off side s.
+const SIGN: [[f64; 3]; 2] = [[-1.0, 1.0, 0.0], [1.0, -1.0, 0.0]];
 
 struct State<'a> {
     graph: &'a Graph,
@@ -33,6 +40,11 @@ struct State<'a> {
     side: Vec<u8>,
     leaf_of: Vec<usize>,
     strength: Vec<f64>,
+    /// Per task of the part being split: its traffic into side 0 while growing, its FM gain
+    /// while refining (heap entries whose key differs from it are stale).
+    score: Vec<f64>,
+    /// Tasks already moved in the current FM pass.
+    locked: Vec<bool>,
 }
 
 #[derive(PartialEq)]
@@ -50,7 +62,8 @@ impl Ord for Key {
 }
 
 impl State<'_> {
-    /// Maps `tasks` onto the tree entries `part` (nodes or leaves with as many leaves).
+    /// Maps `tasks` (heaviest first) onto the tree entries `part` (nodes or leaves with as
+    /// many leaves).
     fn recurse(&mut self, arch: &Arch, mut part: Vec<usize>, tasks: Vec<usize>) {
         while part.len() == 1 {
             let e = part[0];
@@ -61,6 +74,13 @@ impl State<'_> {
                 return;
             }
             part = arch.nodes[e].children.clone();
+        }
+        // Leaves of one node: every pair among them costs the same, any order will do.
+        if part.iter().all(|&e| e >= LEAF) {
+            for (&e, &t) in part.iter().zip(&tasks) {
+                self.leaf_of[t] = e - LEAF;
+            }
+            return;
         }
         // Split the entries where the leaf counts come closest to halves.
         let sizes: Vec<usize> = part.iter().map(|&e| arch.size(e)).collect();
@@ -98,24 +118,21 @@ impl State<'_> {
         (a, b)
     }
 
-    /// Moves `size_a` tasks to side 0, always the one with the most traffic into side 0.
+    /// Moves `size_a` tasks to side 0, always the one with the most traffic into side 0
+    /// (the heaviest task left when none has any). `tasks` is in that fallback order.
     fn grow(&mut self, tasks: &[usize], size_a: usize) {
-        let mut by_strength: Vec<usize> = tasks.to_vec();
-        by_strength.sort_by(|&x, &y| {
-            self.strength[y]
-                .total_cmp(&self.strength[x])
-                .then(x.cmp(&y))
-        });
+        let by_strength = tasks;
         let mut next_seed = 0;
-        let mut conn: std::collections::HashMap<usize, f64> = Default::default();
+        // Traffic into side 0; heap entries are only pushed after it is set.
+        for &t in tasks {
+            self.score[t] = 0.0;
+        }
         let mut heap = BinaryHeap::new();
         let mut taken = 0;
         while taken < size_a {
             let pick = loop {
                 match heap.pop() {
-                    Some(Key(g, v)) if self.side[v] == 1 && conn.get(&v) == Some(&g) => {
-                        break Some(v)
-                    }
+                    Some(Key(g, v)) if self.side[v] == 1 && self.score[v] == g => break Some(v),
                     Some(_) => continue,
                     None => break None,
                 }
@@ -133,9 +150,8 @@ impl State<'_> {
             taken += 1;
             for (u, w) in self.graph.neighbors(v) {
                 if self.side[u] == 1 {
-                    let c = conn.entry(u).or_insert(0.0);
-                    *c += w;
-                    heap.push(Key(*c, u));
+                    self.score[u] += w;
+                    heap.push(Key(self.score[u], u));
                 }
             }
         }
@@ -143,34 +159,33 @@ impl State<'_> {
 
     /// One pass of pair swaps, keeping the best prefix; returns the cut reduction.
     fn fm_pass(&mut self, tasks: &[usize]) -> f64 {
-        let mut gain = std::collections::HashMap::with_capacity(tasks.len());
-        let mut heaps = [BinaryHeap::new(), BinaryHeap::new()];
+        let mut init: [Vec<Key>; 2] = [Vec::new(), Vec::new()];
         for &t in tasks {
             let s = self.side[t];
+            // Traffic to the other side less traffic to its own (none outside the part),
+            // without a branch on the neighbour's side.
+            let sign = &SIGN[s as usize];
             let mut g = 0.0;
             for (u, w) in self.graph.neighbors(t) {
-                if self.side[u] == NONE {
-                    continue;
-                }
-                g += if self.side[u] == s { -w } else { w };
+                g += w * sign[self.side[u] as usize];
             }
-            gain.insert(t, g);
-            heaps[s as usize].push(Key(g, t));
+            self.score[t] = g;
+            self.locked[t] = false;
+            init[s as usize].push(Key(g, t));
         }
-        let mut locked = std::collections::HashSet::new();
+        let mut heaps = init.map(BinaryHeap::from);
         let mut moves = Vec::new();
         let (mut cum, mut best, mut best_len) = (0.0f64, 0.0f64, 0usize);
         loop {
-            let mut pop = |s: usize, gain: &std::collections::HashMap<usize, f64>| loop {
+            let (score, locked) = (&self.score, &self.locked);
+            let mut pop = |s: usize| loop {
                 match heaps[s].pop() {
-                    Some(Key(g, v)) if !locked.contains(&v) && gain.get(&v) == Some(&g) => {
-                        return Some(v)
-                    }
+                    Some(Key(g, v)) if !locked[v] && score[v] == g => return Some(v),
                     Some(_) => continue,
                     None => return None,
                 }
             };
-            let (Some(a), Some(b)) = (pop(0, &gain), pop(1, &gain)) else {
+            let (Some(a), Some(b)) = (pop(0), pop(1)) else {
                 break;
             };
             let wab: f64 = self
@@ -179,16 +194,16 @@ impl State<'_> {
                 .filter(|&(u, _)| u == b)
                 .map(|(_, w)| w)
                 .sum();
-            cum += gain[&a] + gain[&b] - 2.0 * wab;
+            cum += self.score[a] + self.score[b] - 2.0 * wab;
             for v in [a, b] {
-                locked.insert(v);
+                self.locked[v] = true;
                 let from = self.side[v];
                 self.side[v] = 1 - from;
                 for (u, w) in self.graph.neighbors(v) {
-                    if self.side[u] == NONE || locked.contains(&u) {
+                    if self.side[u] == NONE || self.locked[u] {
                         continue;
                     }
-                    let g = gain.get_mut(&u).expect("tasks of the part have gains");
+                    let g = &mut self.score[u];
                     *g += if self.side[u] == from {
                         2.0 * w
                     } else {

@@ -129,29 +129,69 @@ fn lay_out(arch: &Arch, units: &[Unit], unit: usize, node: usize, leaf_of: &mut 
     }
 }
 
-/// Traffic between the current top units: adjacency lists indexed by unit id.
-fn contract(graph: &Graph, owner: &[usize], num_units: usize) -> Vec<Vec<(usize, f64)>> {
-    let mut pairs: Vec<(usize, usize, f64)> = graph
-        .edges()
-        .filter_map(|(i, j, w)| {
-            let (a, b) = (owner[i], owner[j]);
-            (a != b).then_some((a.min(b), a.max(b), w))
-        })
-        .collect();
-    pairs.sort_unstable_by_key(|p| (p.0, p.1));
-    let mut adj = vec![Vec::new(); num_units];
-    let mut k = 0;
-    while k < pairs.len() {
-        let (a, b, mut w) = pairs[k];
-        k += 1;
-        while k < pairs.len() && pairs[k].0 == a && pairs[k].1 == b {
-            w += pairs[k].2;
-            k += 1;
-        }
-        adj[a].push((b, w));
-        adj[b].push((a, w));
+/// Traffic between the current top units, in compressed rows indexed by unit id (each row
+/// sorted by neighbour).
+struct Adj {
+    start: Vec<usize>,
+    list: Vec<(usize, f64)>,
+}
+
+impl std::ops::Index<usize> for Adj {
+    type Output = [(usize, f64)];
+    fn index(&self, u: usize) -> &[(usize, f64)] {
+        &self.list[self.start[u]..self.start[u + 1]]
     }
-    adj
+}
+
+fn contract(graph: &Graph, owner: &[usize], num_units: usize) -> Adj {
+    // Bucket every edge end by the unit that owns it (counting sort on the unit id)...
+    let mut start = vec![0usize; num_units + 1];
+    for (i, &a) in owner.iter().enumerate() {
+        for (j, _) in graph.neighbors(i) {
+            if owner[j] != a {
+                start[a + 1] += 1;
+            }
+        }
+    }
+    for u in 0..num_units {
+        start[u + 1] += start[u];
+    }
+    let mut fill = start.clone();
+    let mut ends = vec![(0usize, 0.0f64); start[num_units]];
+    for (i, &a) in owner.iter().enumerate() {
+        for (j, w) in graph.neighbors(i) {
+            let b = owner[j];
+            if b != a {
+                ends[fill[a]] = (b, w);
+                fill[a] += 1;
+            }
+        }
+    }
+    // ...then add up the ends that reach the same unit.
+    let mut at = vec![usize::MAX; num_units];
+    let mut out = Adj {
+        start: Vec::with_capacity(num_units + 1),
+        list: Vec::with_capacity(ends.len()),
+    };
+    out.start.push(0);
+    for u in 0..num_units {
+        let first = out.list.len();
+        for &(b, w) in &ends[start[u]..start[u + 1]] {
+            if at[b] == usize::MAX {
+                at[b] = out.list.len();
+                out.list.push((b, w));
+            } else {
+                out.list[at[b]].1 += w;
+            }
+        }
+        let row = &mut out.list[first..];
+        for &(b, _) in row.iter() {
+            at[b] = usize::MAX;
+        }
+        row.sort_unstable_by_key(|e| e.0);
+        out.start.push(out.list.len());
+    }
+    out
 }
 
 /// Greedy growth: for each node (largest first), seed with the heaviest free unit of a
@@ -163,7 +203,7 @@ fn grow(
     shape: &[usize],
     units: &[Unit],
     live: &mut [bool],
-    adj: &[Vec<(usize, f64)>],
+    adj: &Adj,
     preset: &[Option<Vec<usize>>],
 ) -> Vec<Vec<usize>> {
     // Free units of each shape, heaviest first.
@@ -183,6 +223,8 @@ fn grow(
     let mut by_size: Vec<usize> = (0..nodes.len()).collect();
     by_size.sort_by_key(|&k| std::cmp::Reverse(arch.nodes[nodes[k]].hi - arch.nodes[nodes[k]].lo));
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    let mut gain: Vec<(usize, f64)> = Vec::new();
+    let mut at = vec![usize::MAX; units.len()];
     for k in by_size {
         if let Some(Some(g)) = preset.get(k) {
             out[k] = g.clone();
@@ -195,14 +237,18 @@ fn grow(
             .map(|&c| if c >= LEAF { 0 } else { shape[c] })
             .collect();
         let mut group = Vec::with_capacity(need.len());
-        let mut gain: HashMap<usize, f64> = HashMap::new();
+        // Traffic of each unit to the group so far: entries in `gain`, found through `at`.
+        for &(u, _) in &gain {
+            at[u] = usize::MAX;
+        }
+        gain.clear();
         while !need.is_empty() {
             // The most-connected free unit of a needed shape, else the heaviest one.
             let best = gain
                 .iter()
-                .filter(|(&u, _)| live[u] && need.contains(&units[u].shape))
-                .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
-                .map(|(&u, _)| u);
+                .filter(|&&(u, _)| live[u] && need.contains(&units[u].shape))
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+                .map(|&(u, _)| u);
             let pick = match best {
                 Some(u) => u,
                 None => {
@@ -219,13 +265,16 @@ fn grow(
                 }
             };
             live[pick] = false;
-            gain.remove(&pick);
             if let Some(pos) = need.iter().position(|&s| s == units[pick].shape) {
                 need.swap_remove(pos);
             }
             for &(v, w) in &adj[pick] {
                 if live[v] {
-                    *gain.entry(v).or_insert(0.0) += w;
+                    if at[v] == usize::MAX {
+                        at[v] = gain.len();
+                        gain.push((v, 0.0));
+                    }
+                    gain[at[v]].1 += w;
                 }
             }
             group.push(pick);
@@ -244,7 +293,7 @@ fn by_heaviest_edges(
     shape: &[usize],
     units: &[Unit],
     live: &[bool],
-    adj: &[Vec<(usize, f64)>],
+    adj: &Adj,
 ) -> Option<Vec<Vec<usize>>> {
     let first = *nodes.first()?;
     let child_shape = |c: usize| if c >= LEAF { 0 } else { shape[c] };
@@ -259,18 +308,21 @@ fn by_heaviest_edges(
     let members: Vec<usize> = (0..units.len())
         .filter(|&u| live[u] && units[u].shape == cs)
         .collect();
-    let index: HashMap<usize, usize> = members.iter().enumerate().map(|(i, &u)| (u, i)).collect();
+    let mut index = vec![usize::MAX; units.len()];
+    for (i, &u) in members.iter().enumerate() {
+        index[u] = i;
+    }
     let mut edges: Vec<(f64, usize, usize)> = Vec::new();
     for (i, &u) in members.iter().enumerate() {
         for &(v, w) in &adj[u] {
-            if let Some(&j) = index.get(&v) {
-                if i < j {
-                    edges.push((w, i, j));
-                }
+            let j = index[v];
+            if j != usize::MAX && i < j {
+                edges.push((w, i, j));
             }
         }
     }
-    edges.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+    // A total order: the unstable sort gives the same sequence as a stable one.
+    edges.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
     // Union-find with group sizes.
     let mut parent: Vec<usize> = (0..members.len()).collect();
     let mut size = vec![1usize; members.len()];

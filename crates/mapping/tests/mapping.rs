@@ -131,6 +131,30 @@ proptest! {
         let traffic: f64 = a.levels.iter().map(|x| x.1).sum();
         prop_assert!((traffic - m.symmetrized().total()).abs() <= 1e-9 * traffic.max(1.0));
     }
+
+    /// huddle starts from greedy, treematch and DRB (among others), refines them and keeps
+    /// the cheapest; the refinement's shortcuts (tasks revisited only when their
+    /// surroundings changed, seeds far behind dropped unrefined) must never leave it worse
+    /// than any of them.
+    #[test]
+    fn huddle_is_never_worse_than_its_seed_algorithms(
+        n in 2usize..64,
+        edges in prop::collection::vec((0usize..64, 0usize..64, 1u32..100), 0..200),
+        machine in 0usize..MACHINES.len(),
+        oversubscribe in any::<bool>(),
+    ) {
+        let m = random_matrix(n, &edges);
+        let target = synth(MACHINES[machine]);
+        if n > target.allowed_pus().len() && !oversubscribe {
+            return Ok(());
+        }
+        let with = |algorithm| Options { oversubscribe, ..opts(algorithm) };
+        let ours = map(&m, &target, &with(Algorithm::Huddle)).unwrap().cost;
+        for alg in [Algorithm::Greedy, Algorithm::Treematch, Algorithm::Drb] {
+            let theirs = map(&m, &target, &with(alg)).unwrap().cost;
+            prop_assert!(ours <= theirs * (1.0 + 1e-9), "huddle {} > {} {}", ours, alg, theirs);
+        }
+    }
 }
 
 #[test]
