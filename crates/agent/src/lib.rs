@@ -157,6 +157,8 @@ const DISCARD_QUARANTINE_NS: u64 = 1_000_000_000;
 /// Enough slots for a quarter second of the default floor (500 pages/s).
 const SAVED: usize = 128;
 const PAGE: usize = 4096;
+/// Pages zero-filled at a first touch (see zero_fill).
+const ZERO_AHEAD: usize = 16;
 /// A dropped page nobody touched within this time is put back and is no longer hot. Short,
 /// because pages of a finished phase would otherwise hold the slots and starve the
 /// re-arming of the new phase's pages.
@@ -389,6 +391,38 @@ unsafe fn restore(st: &mut State, i: usize) -> bool {
     };
     uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
     st.saved[i].addr = 0;
+    true
+}
+
+/// First touch of `page` in registered memory: zero pages for it and the next ones up to
+/// ZERO_AHEAD (stopping before any saved page), so that a program filling fresh memory
+/// comes to the fault thread once per ZERO_AHEAD pages, not once per page. Falls back to
+/// the one page when the range leaves the mapping. False on EAGAIN (retry).
+unsafe fn zero_fill(st: &State, page: u64) -> bool {
+    let saved_ahead = st
+        .saved
+        .iter()
+        .filter(|x| x.addr > page)
+        .map(|x| x.addr)
+        .min()
+        .unwrap_or(u64::MAX);
+    let end = (page + (ZERO_AHEAD * PAGE) as u64).min(saved_ahead);
+    for len in [end - page, PAGE as u64] {
+        let mut z = UffdioZeropage {
+            range: UffdioRange { start: page, len },
+            mode: 0,
+            zeropage: 0,
+        };
+        if uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) == 0 {
+            return true;
+        }
+        match errno() {
+            libc::EAGAIN => return false,
+            // Filled up to a page already there (the faulting one is filled, or was there).
+            libc::EEXIST => return true,
+            _ => {}
+        }
+    }
     true
 }
 
@@ -874,15 +908,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 let slot = st.saved.iter().position(|x| x.addr == page);
                 let done = match slot {
                     Some(i) => restore(st, i),
-                    None => {
-                        let mut z = UffdioZeropage {
-                            range,
-                            mode: 0,
-                            zeropage: 0,
-                        };
-                        uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) == 0
-                            || errno() != libc::EAGAIN
-                    }
+                    None => zero_fill(st, page),
                 };
                 if done {
                     st.add_hot(page, false);
