@@ -157,6 +157,8 @@ const DISCARD_QUARANTINE_NS: u64 = 1_000_000_000;
 /// Enough slots for a quarter second of the default floor (500 pages/s).
 const SAVED: usize = 128;
 const PAGE: usize = 4096;
+/// How often the re-arm thread reads /proc/self/maps, and its longest sleep.
+const SCAN_NS: u64 = 100_000_000;
 /// Pages zero-filled at a first touch (see zero_fill).
 const ZERO_AHEAD: usize = 16;
 /// A dropped page nobody touched within this time is put back and is no longer hot. Short,
@@ -208,6 +210,8 @@ struct State {
     regions: [Region; MAX_REGIONS],
     nregions: usize,
     total_pages: u64,
+    /// The part of total_pages in shared mappings.
+    shared_pages: u64,
     excluded: [(u64, u64); 5],
     maps: [u8; MAPS_BUF],
     /// Pages that faulted (private) or were found mapped again (shared) since re-armed.
@@ -997,8 +1001,9 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
                 st.pagemap = high;
             }
         }
-        let period = st.interval_ms as u64 * 1_000_000;
-        let mut last = monotonic_ns();
+        let mut period = st.interval_ms as u64 * 1_000_000;
+        let started = monotonic_ns();
+        let (mut last, mut last_scan) = (started, 0);
         let mut tick: u64 = 0;
         loop {
             let ts = libc::timespec {
@@ -1007,12 +1012,16 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             };
             libc::nanosleep(&ts, std::ptr::null_mut());
             let now = monotonic_ns();
-            // Every 100 ms, and every tick only during the first 100 ms (a program with
-            // nothing eligible yet would otherwise pay for a read of its maps every tick).
+            // Every 100 ms, after the program changed its mappings, and at every tick during
+            // the first 100 ms while nothing is eligible yet.
             lock();
             let changed = st.changes != st.scanned_changes;
             unlock();
-            if tick.is_multiple_of(10) || changed || (st.nregions == 0 && tick < 10) {
+            if now - last_scan >= SCAN_NS
+                || changed
+                || (st.nregions == 0 && now - started < SCAN_NS)
+            {
+                last_scan = now;
                 scan_maps(st, &view);
             }
             tick += 1;
@@ -1026,7 +1035,15 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
                 0 => st.floor,
                 share => share as f64,
             };
-            let per_s = (st.rate * st.total_pages as f64).max(floor);
+            // Shared pages are mapped by every process of the program: each agent counts its
+            // part of them, so the program's budget counts them once.
+            let live = view.header().live_agents.load(Ordering::Relaxed).max(1);
+            let pages = (st.total_pages - st.shared_pages) as f64 + (st.shared_pages / live) as f64;
+            let per_s = (st.rate * pages).max(floor);
+            // Wake for about 4 pages at a time (an agent with a small part of the budget
+            // would otherwise wake 100 times a second for nothing), between the configured
+            // interval and SCAN_NS.
+            period = ((4e9 / per_s) as u64).clamp(st.interval_ms as u64 * 1_000_000, SCAN_NS);
             st.budget = (st.budget + per_s * dt).min(per_s); // at most one second's worth
             let n = st.budget as u64;
             st.budget -= n as f64;
@@ -1095,6 +1112,7 @@ unsafe fn scan_maps(st: &mut State, view: &RingView) {
     let private_ok = st.uffd >= 0 && !YIELDED.load(Ordering::Acquire);
     st.nregions = 0;
     st.total_pages = 0;
+    st.shared_pages = 0;
     let (mut prev_end, mut prev_file) = (0u64, false);
     let mut pos = 0;
     while pos < len && st.nregions < MAX_REGIONS {
@@ -1189,6 +1207,9 @@ unsafe fn scan_maps(st: &mut State, view: &RingView) {
         };
         st.nregions += 1;
         st.total_pages += (end - start) / st.page;
+        if s {
+            st.shared_pages += (end - start) / st.page;
+        }
     }
     view.header()
         .candidate_pages

@@ -55,6 +55,8 @@ pub struct Header {
     /// the agent costs the program, apart from the faults it causes.
     pub rearm_cpu_ns: AtomicU64,
     pub fault_cpu_ns: AtomicU64,
+    /// Written by the detector: the program's live agents (shared pages count once).
+    pub live_agents: AtomicU64,
 }
 
 /// A fault the agent resolved itself: task `tid` touched `addr` at `time` (CLOCK_MONOTONIC ns).

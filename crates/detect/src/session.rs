@@ -755,9 +755,6 @@ impl Session {
     /// budget is per program); each agent still adds its own rate x its own pages.
     fn share_floor(&self) {
         use std::sync::atomic::Ordering::Relaxed;
-        if self.agent_floor == 0 {
-            return;
-        }
         // SAFETY: kill with signal 0 only checks that the process exists.
         let alive = |pid: u32| unsafe { libc::kill(pid as i32, 0) } == 0;
         let live: Vec<&AgentRing> = self
@@ -765,9 +762,15 @@ impl Session {
             .values()
             .filter(|r| alive(r.view.header().pid))
             .collect();
-        let share = (self.agent_floor / live.len().max(1) as u64).max(MIN_FLOOR_SHARE);
+        // A floor of 0 stays 0 (the header's 0 means "use your own", which is 0 too).
+        let share = match self.agent_floor {
+            0 => 0,
+            f => (f / live.len().max(1) as u64).max(MIN_FLOOR_SHARE),
+        };
+        let n = live.len() as u64;
         for r in live {
             r.view.header().floor_share.store(share, Relaxed);
+            r.view.header().live_agents.store(n, Relaxed);
         }
     }
 
