@@ -150,8 +150,10 @@ struct UffdMsg {
 /// A program's MADV_DONTNEED is announced (REMOVE event) before its pages are zapped, and
 /// the zap follows once the event is read. A page dropped in between would carry the old
 /// contents past the discard; so ranges discarded in the last second are left alone.
-const DISCARDED: usize = 64;
+const DISCARDED: usize = 256;
 const DISCARD_QUARANTINE_NS: u64 = 1_000_000_000;
+/// REMAP old ranges remembered until their UNMAP arrives (it follows within the mremap).
+const REMAPPED: usize = 64;
 
 /// Private pages dropped at a time (their contents wait here until the next access).
 /// Enough slots for a quarter second of the default floor (500 pages/s).
@@ -240,7 +242,7 @@ struct State {
     changes: u64,
     scanned_changes: u64,
     /// Old ranges of REMAP events whose UNMAP is still to come.
-    remapped: [(u64, u64); DISCARDED],
+    remapped: [(u64, u64); REMAPPED],
     remapped_next: usize,
     /// Every range registered with our uffd (under the lock), for stepping back.
     registered: [(u64, u64); MAX_REGIONS],
@@ -957,7 +959,9 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 None => {
                     // REMOVE: announced, zapped once read (DISCARD_QUARANTINE_NS). UNMAP:
                     // done, but the candidate list holds the range until the next scan.
-                    note_discard(st, m.a0, m.a1);
+                    if m.event == UFFD_EVENT_REMOVE {
+                        note_discard(st, m.a0, m.a1);
+                    }
                     st.changes += 1;
                     for i in 0..SAVED {
                         let a = st.saved[i].addr;
@@ -977,7 +981,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             }
             st.changes += 1;
             st.remapped[st.remapped_next] = (m.a0, m.a0 + m.a2);
-            st.remapped_next = (st.remapped_next + 1) % DISCARDED;
+            st.remapped_next = (st.remapped_next + 1) % REMAPPED;
             true
         }
         _ => true,
