@@ -129,6 +129,28 @@ static void backoff(unsigned *n) {
     (*n)++;
 }
 
+/* ---- who may call MPI (ni) ----
+ * With MPI_THREAD_MULTIPLE, Open MPI's osc ucx has one UCX worker for both threads, guarded by a
+ * UCX spinlock.  When the protocol thread polls while the main thread is inside MPI on the same
+ * core (Open MPI binds each rank to one core), the poller spins on a lock whose holder cannot run
+ * until the scheduler takes the poller off the core: a page fetch then cost 25-100 us instead of
+ * one round trip (perf: 30-40 % of the protocol thread in pthread_spin_lock under
+ * ucp_worker_progress).  So in ni mode both threads take mpi_mu, a sleeping mutex, around their
+ * MPI calls: a thread that finds the other inside MPI sleeps in the kernel until it is out.
+ * The main thread never holds it across a wait for another process (its wait loops lock once per
+ * MPI call), so the poller still gets in between and keeps the process's whole MPI progressing
+ * (a peer may wait for a message that only a full progress call sends, e.g. a barrier message
+ * over TCP: a poller that skipped rounds while the main thread was busy stalled namespace-host
+ * runs for 20-40 s).  base mode does not use it: there the protocol thread also receives
+ * requests, which must not wait for the main thread. */
+static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
+static inline void mpi_enter(void) {
+    if (ni_mode) pthread_mutex_lock(&mpi_mu);
+}
+static inline void mpi_leave(void) {
+    if (ni_mode) pthread_mutex_unlock(&mpi_mu);
+}
+
 /* ---- metadata accessors ---- */
 #define VER(x) ((uint64_t *)(meta + off_ver))[x]
 #define NODEVER(x) ((uint64_t *)(meta + off_nodever))[x]
@@ -243,8 +265,10 @@ static void recv_reply(int from, void *buf, size_t len, const char *what) {
 static uint64_t ver_inc(int h, size_t x) {
     uint64_t one = 1, old = 0;
     if (!ni_mode) return __atomic_add_fetch(&VER(x), 1, __ATOMIC_ACQ_REL); /* h is on this node */
+    mpi_enter();
     MPI_Fetch_and_op(&one, &old, MPI_UINT64_T, h, off_ver + x * 8, MPI_SUM, win_meta);
     MPI_Win_flush(h, win_meta);
+    mpi_leave();
     return old + 1;
 }
 
@@ -253,8 +277,10 @@ static int resolve_home(size_t x) {
     uint64_t mine = (uint64_t)me + 1, zero = 0, res = 0;
     wait_begin("first-touch directory", m);
     if (ni_mode) {
+        mpi_enter();
         MPI_Compare_and_swap(&mine, &zero, &res, MPI_UINT64_T, m, off_dir + x * 8, win_meta);
         MPI_Win_flush(m, win_meta);
+        mpi_leave();
     } else {
         send_req(m, REQ_HOME, x, mine, NULL, 0);
         recv_reply(m, &res, 8, "first-touch directory");
@@ -276,25 +302,31 @@ static int resolve_home(size_t x) {
 #ifndef SVM_ORDERED_FETCH /* 1: always poll the version first (two round trips), for svmbench */
 #define SVM_ORDERED_FETCH 0
 #endif
-static int ni_fetch(int h, size_t x, uint64_t *have, int ordered) {
+static int ni_fetch(int h, size_t x, char *dst, uint64_t *have, int ordered) {
     uint64_t v = 0;
     double t0 = now();
     if (!ordered) {
+        mpi_enter();
         MPI_Get(&v, 8, MPI_BYTE, h, off_ver + x * 8, 8, MPI_BYTE, win_meta);
-        MPI_Get(fetchbuf, (int)PG, MPI_BYTE, h, x * PG, (int)PG, MPI_BYTE, win_data);
+        MPI_Get(dst, (int)PG, MPI_BYTE, h, x * PG, (int)PG, MPI_BYTE, win_data);
         MPI_Win_flush(h, win_data);
         MPI_Win_flush(h, win_meta);
+        mpi_leave();
         prof.get += now() - t0;
         *have = need[x];
         return v >= need[x];
     }
+    mpi_enter();
     MPI_Fetch_and_op(NULL, &v, MPI_UINT64_T, h, off_ver + x * 8, MPI_NO_OP, win_meta);
     MPI_Win_flush(h, win_meta);
+    mpi_leave();
     prof.version += now() - t0;
     if (v < need[x]) return 0;
     t0 = now();
-    MPI_Get(fetchbuf, (int)PG, MPI_BYTE, h, x * PG, (int)PG, MPI_BYTE, win_data);
+    mpi_enter();
+    MPI_Get(dst, (int)PG, MPI_BYTE, h, x * PG, (int)PG, MPI_BYTE, win_data);
     MPI_Win_flush(h, win_data);
+    mpi_leave();
     prof.get += now() - t0;
     *have = v; /* read after the version: holds at least v */
     return 1;
@@ -309,10 +341,15 @@ static void fetch_page(size_t x) {
     }
     uint64_t v = 0;
     unsigned n = 0;
+    /* No twin (no process of this node wrote the page since its last fetch or diff; none can
+     * start to while this process holds the page lock): the home copy is read straight into the
+     * node copy, no merge.  The home's content is never older than the node copy's, so this is
+     * safe even if the version check then fails and the read is retried. */
+    const char *fresh = __atomic_load_n(&TWINOK(x), __ATOMIC_ACQUIRE) ? fetchbuf : NULL;
     wait_begin("page fetch", h);
     for (int ordered = SVM_ORDERED_FETCH;; ordered = 1) {
         if (ni_mode) {
-            if (ni_fetch(h, x, &v, ordered)) break;
+            if (ni_fetch(h, x, fresh ? fetchbuf : data + x * PG, &v, ordered)) break;
             prof.retries++;
         } else {
             double t0 = now();
@@ -321,7 +358,7 @@ static void fetch_page(size_t x) {
             prof.get += now() - t0;
             memcpy(&v, msgbuf, 8);
             if (v >= need[x]) {
-                memcpy(fetchbuf, msgbuf + 8, PG);
+                fresh = msgbuf + 8;
                 break;
             }
             wait_begin("page fetch", h);
@@ -330,7 +367,7 @@ static void fetch_page(size_t x) {
     }
     wait_end();
     double t0 = now();
-    merge_page(x, (const uint32_t *)fetchbuf);
+    if (fresh) merge_page(x, (const uint32_t *)fresh);
     if (v > __atomic_load_n(&NODEVER(x), __ATOMIC_ACQUIRE)) __atomic_store_n(&NODEVER(x), v, __ATOMIC_RELEASE);
     punlock(x);
     prof.merge += now() - t0;
@@ -440,12 +477,14 @@ static uint64_t send_diff(size_t x) {
     size_t words = 0;
     wait_begin("diff to home", h);
     if (ni_mode) {
+        mpi_enter();
         for (size_t r = 0; r < nr; r++) { /* direct diffs: each run straight into the home page */
             size_t o = runs[2 * r] * 4, l = runs[2 * r + 1] * 4;
             MPI_Put(scratch + o, (int)l, MPI_BYTE, h, x * PG + o, (int)l, MPI_BYTE, win_data);
             words += runs[2 * r + 1];
         }
         if (nr) MPI_Win_flush(h, win_data);
+        mpi_leave();
         punlock(x);
         wait_end();
         st.diffs++;
@@ -488,7 +527,11 @@ static void release(void) {
     vt[me]++;
     SLOT_IV(s)[vt[me] % IVCAP] = hd->w;
     __atomic_store_n(&hd->nint, vt[me], __ATOMIC_RELEASE);
-    if (ni_mode) MPI_Win_sync(win_meta);
+    if (ni_mode) {
+        mpi_enter();
+        MPI_Win_sync(win_meta);
+        mpi_leave();
+    }
     st.protocol += now() - t0;
 }
 
@@ -507,10 +550,11 @@ static void fetch_notices(int q, uint32_t upto) {
     struct slot_hdr hd;
     wait_begin("write notices", q);
     if (ni_mode) {
+        mpi_enter();
         MPI_Get(&end, 8, MPI_BYTE, q, D_IV(s) + (upto % IVCAP) * 8, 8, MPI_BYTE, win_meta);
         MPI_Win_flush(q, win_meta);
         size_t cnt = end - start;
-        if (cnt > log_entries) fatal("write-notice log of rank %d overflowed; raise SVM_LOG_ENTRIES", q);
+        if (cnt > log_entries) mpi_leave(), fatal("write-notice log of rank %d overflowed; raise SVM_LOG_ENTRIES", q);
         struct notice *buf = (struct notice *)msgbuf;
         size_t first = start % log_entries, n1 = cnt < log_entries - first ? cnt : log_entries - first;
         if (n1) MPI_Get(buf, (int)(n1 * 16), MPI_BYTE, q, D_LOG(s) + first * 16, (int)(n1 * 16), MPI_BYTE, win_meta);
@@ -518,6 +562,7 @@ static void fetch_notices(int q, uint32_t upto) {
         MPI_Win_flush(q, win_meta);
         MPI_Get(&hd, sizeof hd, MPI_BYTE, q, D_SLOT(s), sizeof hd, MPI_BYTE, win_meta);
         MPI_Win_flush(q, win_meta);
+        mpi_leave();
         if (hd.w > start + log_entries || hd.nint >= (uint64_t)upto + IVCAP)
             fatal("write-notice log of rank %d overflowed while reading; raise SVM_LOG_ENTRIES", q);
         wait_end();
@@ -556,14 +601,18 @@ void svm_lock(int l) {
         unsigned n = 0;
         wait_begin("lock", h);
         for (;;) {
+            mpi_enter();
             MPI_Compare_and_swap(&mine, &zero, &res, MPI_UINT64_T, h, off_locks + (size_t)l * lockrec_bytes, win_meta);
             MPI_Win_flush(h, win_meta);
+            mpi_leave();
             if (res == 0) break;
             wait_rank = (int)res - 1; /* the holder is who we wait for */
             backoff(&n);
         }
+        mpi_enter();
         MPI_Get(lv, P * 4, MPI_BYTE, h, off_locks + (size_t)l * lockrec_bytes + 8, P * 4, MPI_BYTE, win_meta);
         MPI_Win_flush(h, win_meta);
+        mpi_leave();
         wait_end();
     } else {
         pthread_mutex_lock(&lk_mu);
@@ -593,10 +642,12 @@ void svm_unlock(int l) {
     int h = l % P;
     if (ni_mode) {
         uint64_t zero = 0, old;
+        mpi_enter();
         MPI_Put(vt, P * 4, MPI_BYTE, h, off_locks + (size_t)l * lockrec_bytes + 8, P * 4, MPI_BYTE, win_meta);
         MPI_Win_flush(h, win_meta);
         MPI_Fetch_and_op(&zero, &old, MPI_UINT64_T, h, off_locks + (size_t)l * lockrec_bytes, MPI_REPLACE, win_meta);
         MPI_Win_flush(h, win_meta);
+        mpi_leave();
         if (old != (uint64_t)me + 1) fatal("svm_unlock(%d): lock not held by this process", l);
     } else {
         pthread_mutex_lock(&lk_mu);
@@ -645,19 +696,33 @@ void svm_barrier(void) {
                     MPI_Request rq;
                     int done = 0;
                     wait_begin("barrier", leader_of_node[k]);
+                    mpi_enter();
                     MPI_Irecv(in, P * 4, MPI_BYTE, leader_of_node[k], TAG_BAR, comm, &rq);
-                    while (!done) MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+                    mpi_leave();
+                    while (!done) {
+                        mpi_enter();
+                        MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+                        mpi_leave();
+                    }
                     for (int r = 0; r < P; r++)
                         if (node_of[r] == k) gvt[r] = in[r];
                 }
+                mpi_enter(); /* small: eager, does not wait for the receiver */
                 for (int k = 1; k < nnodes; k++) MPI_Send(gvt, P * 4, MPI_BYTE, leader_of_node[k], TAG_BAR, comm);
+                mpi_leave();
             } else {
                 MPI_Request rq;
                 int done = 0;
+                mpi_enter();
                 MPI_Send(gvt, P * 4, MPI_BYTE, root, TAG_BAR, comm);
                 wait_begin("barrier", root);
                 MPI_Irecv(gvt, P * 4, MPI_BYTE, root, TAG_BAR, comm, &rq);
-                while (!done) MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+                mpi_leave();
+                while (!done) {
+                    mpi_enter();
+                    MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+                    mpi_leave();
+                }
             }
         }
         for (int r = 0; r < P; r++) __atomic_store_n(&BAR_GVT[r], gvt[r], __ATOMIC_RELAXED);
@@ -774,7 +839,21 @@ static void *protocol_thread(void *arg) {
     while (!thr_stop) {
         int flag = 0;
         MPI_Status s;
-        MPI_Iprobe(MPI_ANY_SOURCE, TAG_REQ, comm, &flag, &s);
+        if (!ni_mode) {
+            MPI_Iprobe(MPI_ANY_SOURCE, TAG_REQ, comm, &flag, &s);
+        } else {
+            /* bounded wait: a main thread stuck in MPI (a peer stopped answering) must not keep
+             * the watchdog below from running; its own MPI calls make the progress meanwhile */
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            dl.tv_nsec += 50 * 1000000L;
+            if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+            if (!pthread_mutex_timedlock(&mpi_mu, &dl)) {
+                MPI_Iprobe(MPI_ANY_SOURCE, TAG_REQ, comm, &flag, &s);
+                pthread_mutex_unlock(&mpi_mu);
+            }
+            flag = 0; /* ni: polled for progress only; nobody sends requests */
+        }
         if (flag) {
             int len;
             MPI_Get_count(&s, MPI_BYTE, &len);
@@ -1056,6 +1135,15 @@ void svm__fault_profile(struct svm_fault_profile *out, int reset) {
     *out = prof;
     if (reset) memset(&prof, 0, sizeof prof);
 }
+void svm__mpi_enter(void) { mpi_enter(); }
+void svm__raw_get(void *dst, size_t bytes, int rank, size_t off) {
+    mpi_enter();
+    MPI_Get(dst, (int)bytes, MPI_BYTE, rank, off, (int)bytes, MPI_BYTE, win_data);
+    MPI_Win_flush(rank, win_data);
+    mpi_leave();
+}
+size_t svm__offset(const void *p) { return (size_t)((const char *)p - view); }
+void svm__mpi_leave(void) { mpi_leave(); }
 int svm__node_of(int rank) { return rank >= 0 && rank < P ? node_of[rank] : -1; }
 
 void svm_get_stats(struct svm_stats *out) {

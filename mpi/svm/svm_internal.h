@@ -21,4 +21,14 @@ struct svm_fault_profile {
     unsigned long faults, retries;
 };
 void svm__fault_profile(struct svm_fault_profile *out, int reset);
+/* Brackets for MPI calls the program makes itself while svm runs (ni): the library's own MPI calls
+ * and its protocol thread's polls take the same sleeping lock, so that the two threads are never
+ * inside MPI together (svm.c, "who may call MPI").  svmbench wraps its raw-MPI baselines in them
+ * so that both sides of a comparison run alike. */
+void svm__mpi_enter(void);
+void svm__mpi_leave(void);
+/* A plain MPI_Get + MPI_Win_flush from the library's own data window (node shared memory, the
+ * window svm fetches pages from): off is a byte offset in the pool, as svm__offset gives it. */
+void svm__raw_get(void *dst, size_t bytes, int rank, size_t off);
+size_t svm__offset(const void *p);
 #endif
