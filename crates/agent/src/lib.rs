@@ -1016,14 +1016,18 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             };
             libc::nanosleep(&ts, std::ptr::null_mut());
             let now = monotonic_ns();
-            // Every 100 ms, after the program changed its mappings, and at every tick during
-            // the first 100 ms while nothing is eligible yet.
+            // After the program changed its mappings; every 100 ms during the first second
+            // (programs set up their memory then) and every second after; at every tick
+            // during the first 100 ms while nothing is eligible yet.
             lock();
             let changed = st.changes != st.scanned_changes;
             unlock();
-            if now - last_scan >= SCAN_NS
-                || changed
-                || (st.nregions == 0 && now - started < SCAN_NS)
+            let every = if now - started < 10 * SCAN_NS {
+                SCAN_NS
+            } else {
+                10 * SCAN_NS
+            };
+            if now - last_scan >= every || changed || (st.nregions == 0 && now - started < SCAN_NS)
             {
                 last_scan = now;
                 scan_maps(st, &view);
