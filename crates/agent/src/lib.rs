@@ -476,8 +476,8 @@ unsafe fn clean_vault(st: &mut State) {
     }
 }
 
-/// A free slot: no page, none in flight, no REMOVE event of ours still to come for it, and
-/// an empty vault page.
+/// A free slot: no page, no REMOVE event of ours still to come for it, and an empty vault
+/// page.
 fn free_slot(st: &State) -> Option<usize> {
     st.saved
         .iter()
@@ -1051,7 +1051,8 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             // Wake for about 4 pages at a time (an agent with a small part of the budget
             // would otherwise wake 100 times a second for nothing), between the configured
             // interval and SCAN_NS.
-            period = ((4e9 / per_s) as u64).clamp(st.interval_ms as u64 * 1_000_000, SCAN_NS);
+            let shortest = st.interval_ms as u64 * 1_000_000;
+            period = ((4e9 / per_s) as u64).clamp(shortest, SCAN_NS.max(shortest));
             st.budget = (st.budget + per_s * dt).min(per_s); // at most one second's worth
             let n = st.budget as u64;
             st.budget -= n as f64;
