@@ -4,7 +4,9 @@
 //! Ring records are 64-byte headers followed by the payload rounded up to 64 bytes. A message
 //! is either one DATA record (eager), a DATA record followed by MORE records of `fragment`
 //! bytes each (pipelined copy-in/copy-out), or an RTS record carrying the sender's buffer
-//! address; the receiver then copies once with process_vm_readv and answers with FIN.
+//! address and a copy slot of the pair; the receiver publishes its buffer in the slot, both
+//! ranks copy chunks of the message (receiver: process_vm_readv, sender: process_vm_writev)
+//! until none is left, and the receiver answers with FIN once every byte is in.
 //! Every ring is FIFO and matching happens on a message's first record, in ring order, so
 //! two messages from one sender on one communicator are matched in the order they were sent.
 
@@ -34,7 +36,9 @@ struct Rec {
     total: u64,
     addr: u64,
     token: u64,
-    _pad: [u64; 3],
+    /// RTS and FIN: copy slot + 1 of the pair (0: none, the receiver copies alone).
+    slot: u64,
+    _pad: [u64; 2],
 }
 
 /// MPI error classes the engine produces (values match include/huddle/msg/mpi.h).
@@ -83,8 +87,8 @@ struct Unexp {
     tag: i32,
     total: u64,
     data: Vec<u8>,
-    /// Sender's buffer address and token for a single-copy message.
-    rts: Option<(u64, u64)>,
+    /// Sender's buffer address, token and copy slot (+ 1) for a single-copy message.
+    rts: Option<(u64, u64, u64)>,
     /// The receive that matched it while its fragments were still arriving.
     matched: Option<usize>,
 }
@@ -106,7 +110,24 @@ struct Tx {
     head: u64,
     tail_seen: u64,
     queue: VecDeque<usize>,
-    fins: VecDeque<(u64, i32)>,
+    /// FIN records to send: token, error, slot + 1.
+    fins: VecDeque<(u64, i32, u64)>,
+    /// Copy slots of this pair that a send of ours holds (bit i: slot i), and the request.
+    slots_busy: u64,
+    /// Held slots whose chunks are all claimed: nothing left for us to help with.
+    slots_helped: u64,
+    slot_req: [usize; shm::NSLOTS],
+}
+
+/// A cooperative single copy this rank receives, waiting for the sender's chunks.
+struct CoopRx {
+    id: usize,
+    src: usize,
+    tag: i32,
+    total: u64,
+    token: u64,
+    slot: usize,
+    len: u64,
 }
 
 #[derive(Default)]
@@ -155,6 +176,11 @@ pub struct Engine {
     unexp_free: Vec<usize>,
     unexp_order: VecDeque<usize>,
     queued: usize,
+    coop_rx: Vec<CoopRx>,
+    /// Sends holding a copy slot (the sender helps copy them once they match).
+    coop_tx: usize,
+    /// Chunk size of a cooperative copy: 0 picks one from the size; u64::MAX: no cooperation.
+    chunk: u64,
     /// Set once the job aborts: no more progress, so no write into buffers the caller may
     /// have given up on.
     poisoned: bool,
@@ -179,17 +205,35 @@ unsafe impl Send for Engine {}
 static PROBE_WORD: u64 = 0x7072_6f62_655f_6f6b;
 
 fn read_remote(pid: i32, addr: u64, dst: &mut [u8]) -> Result<(), std::io::Error> {
+    copy_remote(pid, dst.as_mut_ptr(), addr, dst.len(), false)
+}
+
+/// Copies `len` bytes between `local` and address `remote` of process `pid`: into `local`
+/// (process_vm_readv) or, if `write`, out of it (process_vm_writev).
+fn copy_remote(
+    pid: i32,
+    local: *mut u8,
+    remote: u64,
+    len: usize,
+    write: bool,
+) -> Result<(), std::io::Error> {
     let mut done = 0usize;
-    while done < dst.len() {
-        let local = libc::iovec {
-            iov_base: dst[done..].as_mut_ptr() as *mut libc::c_void,
-            iov_len: dst.len() - done,
+    while done < len {
+        let l = libc::iovec {
+            iov_base: unsafe { local.add(done) } as *mut libc::c_void,
+            iov_len: len - done,
         };
-        let remote = libc::iovec {
-            iov_base: (addr as usize + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
+        let r = libc::iovec {
+            iov_base: (remote as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
         };
-        let r = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        let r = unsafe {
+            if write {
+                libc::process_vm_writev(pid, &l, 1, &r, 1, 0)
+            } else {
+                libc::process_vm_readv(pid, &l, 1, &r, 1, 0)
+            }
+        };
         if r < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
@@ -249,6 +293,9 @@ impl Engine {
             unexp_free: Vec::new(),
             unexp_order: VecDeque::new(),
             queued: 0,
+            coop_rx: Vec::new(),
+            coop_tx: 0,
+            chunk: 0,
             poisoned: false,
             shares_pu: false,
             stats: Stats::default(),
@@ -265,6 +312,12 @@ impl Engine {
             .and_then(|s| s.parse().ok())
         {
             e.spin.spin_us = us;
+        }
+        if let Some(c) = std::env::var("HUDDLE_MSG_CHUNK")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            e.chunk = if c == 0 { u64::MAX } else { c.max(4096) };
         }
         let my_pu = e.seg.rank(me).pu_os;
         e.shares_pu = (0..n).any(|r| r != me && e.seg.rank(r).pu_os == my_pu);
@@ -537,11 +590,12 @@ impl Engine {
     }
 
     fn advance_tx(&mut self, dst: usize) {
-        while let Some(&(token, err)) = self.tx[dst].fins.front() {
+        while let Some(&(token, err, slot)) = self.tx[dst].fins.front() {
             let rec = Rec {
                 kind: FIN,
                 tag: err,
                 token,
+                slot,
                 ..Rec::default()
             };
             if !self.put(dst, rec, std::ptr::null()) {
@@ -568,6 +622,19 @@ impl Engine {
                 unreachable!("send queue holds send requests")
             };
             if single_copy {
+                // A free copy slot lets the receiver share the copy with us; without one
+                // (all taken by messages not yet received) the receiver copies alone.
+                let free = !self.tx[dst].slots_busy & ((1u64 << shm::NSLOTS) - 1);
+                let slot = if free != 0 && self.chunk != u64::MAX {
+                    free.trailing_zeros() as usize
+                } else {
+                    shm::NSLOTS
+                };
+                if slot < shm::NSLOTS {
+                    self.seg.ring_ctl(self.me, dst).slots[slot]
+                        .state
+                        .store(shm::SLOT_POSTED, Ordering::Relaxed);
+                }
                 let rec = Rec {
                     kind: RTS,
                     ctx,
@@ -575,10 +642,21 @@ impl Engine {
                     total: len,
                     addr: buf as u64,
                     token: id as u64,
+                    slot: if slot < shm::NSLOTS {
+                        slot as u64 + 1
+                    } else {
+                        0
+                    },
                     ..Rec::default()
                 };
                 if !self.put(dst, rec, std::ptr::null()) {
                     return;
+                }
+                if slot < shm::NSLOTS {
+                    self.tx[dst].slots_busy |= 1 << slot;
+                    self.tx[dst].slots_helped &= !(1 << slot);
+                    self.tx[dst].slot_req[slot] = id;
+                    self.coop_tx += 1;
                 }
                 // Completes when FIN comes back.
             } else {
@@ -658,10 +736,10 @@ impl Engine {
     /// A receive matched an unexpected message: copy what has arrived, or fetch it.
     fn take_unexpected(&mut self, u: usize, id: usize) {
         let e = self.unexp[u].as_mut().expect("live entry");
-        if let Some((addr, token)) = e.rts {
+        if let Some((addr, token, slot)) = e.rts {
             let (src, tag, total) = (e.src, e.tag, e.total);
             self.free_unexp(u);
-            self.single_copy_into(id, src, tag, total, addr, token);
+            self.single_copy_into(id, src, tag, total, (addr, token, slot));
             return;
         }
         if (e.data.len() as u64) < e.total {
@@ -728,29 +806,136 @@ impl Engine {
         r.done = true;
     }
 
+    /// Chunk size of a cooperative copy of `len` bytes.
+    fn chunk_for(&self, len: u64) -> u64 {
+        if self.chunk != 0 {
+            return self.chunk;
+        }
+        // Enough chunks that both sides stay busy to the end, each large enough that the
+        // system call costs little beside the copy.
+        (len.div_ceil(8))
+            .clamp(64 << 10, 512 << 10)
+            .next_multiple_of(4096)
+    }
+
+    /// Copies single-copy message `rts` (sender's address, token, slot + 1) into receive
+    /// `id`: alone when the sender gave no slot, else shared with the sender chunk by chunk.
     fn single_copy_into(
         &mut self,
         id: usize,
         src: usize,
         tag: i32,
         total: u64,
-        addr: u64,
-        token: u64,
+        rts: (u64, u64, u64),
     ) {
+        let (addr, token, slot) = rts;
         let (buf, cap) = self.recv_buf(id);
-        let n = total.min(cap) as usize;
+        let n = total.min(cap);
         let pid = self.seg.rank(src).pid.load(Ordering::Relaxed);
-        let slice = unsafe { std::slice::from_raw_parts_mut(buf, n) };
-        let err = match read_remote(pid, addr, slice) {
-            Ok(()) => 0,
-            Err(_) => ERR_OTHER,
-        };
-        self.complete_recv(id, src, tag, total);
-        if err != 0 {
-            self.req(id).status.error = err;
+        if slot == 0 {
+            let slice = unsafe { std::slice::from_raw_parts_mut(buf, n as usize) };
+            let err = match read_remote(pid, addr, slice) {
+                Ok(()) => 0,
+                Err(_) => ERR_OTHER,
+            };
+            self.complete_recv(id, src, tag, total);
+            if err != 0 {
+                self.req(id).status.error = err;
+            }
+            self.tx[src].fins.push_back((token, err, 0));
+            self.advance_tx(src);
+            return;
         }
-        self.tx[src].fins.push_back((token, err));
-        self.advance_tx(src);
+        let si = slot as usize - 1;
+        let chunk = self.chunk_for(n);
+        {
+            let s = &self.seg.ring_ctl(src, self.me).slots[si];
+            s.addr.store(buf as u64, Ordering::Relaxed);
+            s.len.store(n, Ordering::Relaxed);
+            s.chunk.store(chunk, Ordering::Relaxed);
+            s.next.store(0, Ordering::Relaxed);
+            s.done.store(0, Ordering::Relaxed);
+            s.err.store(0, Ordering::Relaxed);
+            s.state.store(shm::SLOT_MATCHED, Ordering::Release);
+        }
+        let s: *const shm::CopySlot = &self.seg.ring_ctl(src, self.me).slots[si];
+        // Safety: the slot lives in the segment, which outlives this call.
+        claim_chunks(unsafe { &*s }, pid, addr, buf, false);
+        self.coop_rx.push(CoopRx {
+            id,
+            src,
+            tag,
+            total,
+            token,
+            slot: si,
+            len: n,
+        });
+        self.finish_coop_rx();
+    }
+
+    /// Completes the cooperative receives whose every chunk has been copied.
+    fn finish_coop_rx(&mut self) -> bool {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.coop_rx.len() {
+            let c = &self.coop_rx[i];
+            let s = &self.seg.ring_ctl(c.src, self.me).slots[c.slot];
+            if s.done.load(Ordering::Acquire) < c.len {
+                i += 1;
+                continue;
+            }
+            let err = if s.err.load(Ordering::Relaxed) != 0 {
+                ERR_OTHER
+            } else {
+                0
+            };
+            let c = self.coop_rx.swap_remove(i);
+            self.complete_recv(c.id, c.src, c.tag, c.total);
+            if err != 0 {
+                self.req(c.id).status.error = err;
+            }
+            self.tx[c.src]
+                .fins
+                .push_back((c.token, err, c.slot as u64 + 1));
+            self.advance_tx(c.src);
+            any = true;
+        }
+        any
+    }
+
+    /// The sender's part of cooperative copies: chunks of matched messages to each rank.
+    fn help_coop_tx(&mut self) -> bool {
+        let mut any = false;
+        for d in 0..self.n {
+            let mut busy = self.tx[d].slots_busy & !self.tx[d].slots_helped;
+            while busy != 0 {
+                let si = busy.trailing_zeros() as usize;
+                busy &= busy - 1;
+                let s: *const shm::CopySlot = &self.seg.ring_ctl(self.me, d).slots[si];
+                // Safety: the slot lives in the segment, which outlives this call.
+                let s = unsafe { &*s };
+                if s.state.load(Ordering::Acquire) != shm::SLOT_MATCHED {
+                    continue;
+                }
+                let id = self.tx[d].slot_req[si];
+                let Some(Req {
+                    kind: Kind::Send { buf, .. },
+                    ..
+                }) = self.reqs[id]
+                else {
+                    continue;
+                };
+                let pid = self.seg.rank(d).pid.load(Ordering::Relaxed);
+                let addr = s.addr.load(Ordering::Relaxed);
+                if claim_chunks(s, pid, addr, buf as *mut u8, true) {
+                    // The receiver may be asleep waiting for our last chunk.
+                    self.notify(d);
+                    any = true;
+                }
+                self.tx[d].slots_helped |= 1 << si;
+            }
+        }
+        any
     }
 
     fn drain_rx(&mut self, src: usize) -> bool {
@@ -781,6 +966,14 @@ impl Engine {
                 MORE => self.on_more(src, &rec, payload),
                 RTS => self.on_rts(src, &rec),
                 FIN => {
+                    if rec.slot != 0 {
+                        let si = rec.slot as usize - 1;
+                        self.seg.ring_ctl(self.me, src).slots[si]
+                            .state
+                            .store(shm::SLOT_FREE, Ordering::Relaxed);
+                        self.tx[src].slots_busy &= !(1 << si);
+                        self.coop_tx -= 1;
+                    }
                     let id = rec.token as usize;
                     if let Some(r) = self.reqs.get_mut(id).and_then(|r| r.as_mut()) {
                         if let Kind::Send { len, .. } = r.kind {
@@ -794,6 +987,9 @@ impl Engine {
             }
             self.rx[src].tail += size;
             unsafe { (*ctl).tail.store(self.rx[src].tail, Ordering::Release) };
+        }
+        // One wake-up check per batch of records, not one fence per record.
+        if any {
             self.notify(src);
         }
         any
@@ -889,7 +1085,9 @@ impl Engine {
 
     fn on_rts(&mut self, src: usize, rec: &Rec) {
         match self.match_posted(src, rec.ctx, rec.tag) {
-            Some(id) => self.single_copy_into(id, src, rec.tag, rec.total, rec.addr, rec.token),
+            Some(id) => {
+                self.single_copy_into(id, src, rec.tag, rec.total, (rec.addr, rec.token, rec.slot))
+            }
             None => {
                 self.add_unexp(Unexp {
                     src,
@@ -897,7 +1095,7 @@ impl Engine {
                     tag: rec.tag,
                     total: rec.total,
                     data: Vec::new(),
-                    rts: Some((rec.addr, rec.token)),
+                    rts: Some((rec.addr, rec.token, rec.slot)),
                     matched: None,
                 });
             }
@@ -962,8 +1160,14 @@ impl Engine {
                 }
             }
         }
+        if self.coop_tx > 0 {
+            any |= self.help_coop_tx();
+        }
         for s in 0..self.n {
             any |= self.drain_rx(s);
+        }
+        if !self.coop_rx.is_empty() {
+            any |= self.finish_coop_rx();
         }
         any
     }
@@ -1050,4 +1254,36 @@ impl Engine {
 
 fn matches(ctx: u32, src: i32, tag: i32, mctx: u32, msrc: usize, mtag: i32) -> bool {
     ctx == mctx && (src == ANY || src as usize == msrc) && (tag == ANY || tag == mtag)
+}
+
+/// Claims chunks of a matched copy slot until none is left and copies them: the receiver
+/// reads from the sender's buffer at `remote` into its `local` one, the sender (`write`)
+/// writes from its `local` buffer into the receiver's at `remote`. True if it copied any.
+fn claim_chunks(s: &shm::CopySlot, pid: i32, remote: u64, local: *mut u8, write: bool) -> bool {
+    let len = s.len.load(Ordering::Relaxed);
+    let chunk = s.chunk.load(Ordering::Relaxed).max(1);
+    let mut any = false;
+    loop {
+        let c = s.next.fetch_add(1, Ordering::AcqRel);
+        let off = c.saturating_mul(chunk);
+        if off >= len {
+            return any;
+        }
+        let n = chunk.min(len - off);
+        // The receiver's buffer is at `remote` for the sender and `local` for the receiver;
+        // the sender's at `local` for the sender and `remote` for the receiver: both offsets
+        // are the same.
+        let r = copy_remote(
+            pid,
+            unsafe { local.add(off as usize) },
+            remote + off,
+            n as usize,
+            write,
+        );
+        if r.is_err() {
+            s.err.store(1, Ordering::Relaxed);
+        }
+        s.done.fetch_add(n, Ordering::AcqRel);
+        any = true;
+    }
 }

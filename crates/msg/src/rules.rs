@@ -110,7 +110,9 @@ impl RuleTable {
             // the bytes through memory.
             let single_copy_threshold = match c {
                 Class::Core | Class::L2 => (l2 / 2).max(64 * KIB),
-                Class::L3 => l3.map_or(256 * KIB, |s| (s / 8).clamp(128 * KIB, 2048 * KIB)),
+                // Single copy is cooperative (both ranks copy chunks) and one copy beats two
+                // even while the data fits the shared L3 (measured from 32 KiB on, bench/msg).
+                Class::L3 => 32 * KIB,
                 Class::Numa | Class::Remote => 64 * KIB,
             };
             rules.insert(

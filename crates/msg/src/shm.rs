@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x6875_6464_6c65_6d73; // "huddlems"
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Placement keys per rank: package, NUMA node, L3, L2, core (logical indexes; NONE if absent).
 pub const NKEYS: usize = 5;
 pub const NONE: u32 = u32::MAX;
@@ -54,13 +54,45 @@ pub struct RankSlot {
     pub probe_addr: AtomicU64,
 }
 
-/// Producer and consumer counters on separate cache lines (bytes written / read, ever).
+/// Copy slots per ordered pair: single-copy messages in flight that both ranks may copy.
+pub const NSLOTS: usize = 32;
+
+/// Copy-slot states (`CopySlot::state`).
+pub const SLOT_FREE: u32 = 0;
+/// The sender announced the message (RTS names this slot).
+pub const SLOT_POSTED: u32 = 1;
+/// The receiver matched it and published its buffer: both may claim chunks.
+pub const SLOT_MATCHED: u32 = 2;
+
+/// One cooperative single copy: the receiver publishes where the bytes go, then sender and
+/// receiver claim chunks from `next` (sender with process_vm_writev, receiver with
+/// process_vm_readv) and add the bytes they copied to `done`. Only the sender moves a slot
+/// from FREE to POSTED (and back, when the FIN comes); only the receiver sets it MATCHED.
+#[repr(C, align(64))]
+pub struct CopySlot {
+    pub state: AtomicU32,
+    /// Nonzero if a copy failed.
+    pub err: AtomicU32,
+    /// Receive buffer address in the receiver.
+    pub addr: AtomicU64,
+    /// Bytes to copy (the message, cut to the receive buffer).
+    pub len: AtomicU64,
+    pub chunk: AtomicU64,
+    /// Next chunk index to claim.
+    pub next: AtomicU64,
+    /// Bytes copied so far, by both sides.
+    pub done: AtomicU64,
+}
+
+/// Producer and consumer counters on separate cache lines (bytes written / read, ever),
+/// then the pair's copy slots.
 #[repr(C, align(128))]
 pub struct RingCtl {
     pub head: AtomicU64,
     _pad: [u8; 120],
     pub tail: AtomicU64,
     _pad2: [u8; 120],
+    pub slots: [CopySlot; NSLOTS],
 }
 
 struct Layout {

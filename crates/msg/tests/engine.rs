@@ -328,3 +328,71 @@ fn tempfile_fd(content: &[u8]) -> i32 {
     std::fs::remove_file(&path).unwrap();
     f.into_raw_fd()
 }
+
+/// Single copies shared by both ranks: more large sends than copy slots, received in reverse
+/// order (the last ones find no slot and the receiver copies them alone; waiting for a slot
+/// would deadlock here), a truncated receive, and receives posted before the sends.
+#[test]
+fn cooperative_single_copy() {
+    const MSGS: usize = 40;
+    const LEN: usize = 300_000;
+    if in_rank() {
+        let mut e = Engine::from_env().unwrap();
+        assert_eq!(e.size(), 2);
+        let me = e.rank();
+        let fill = |seq: usize| -> Vec<u8> { (0..LEN).map(|i| byte(0, seq, i)).collect() };
+        if me == 0 {
+            let bufs: Vec<Vec<u8>> = (0..MSGS).map(fill).collect();
+            let ids: Vec<usize> = bufs
+                .iter()
+                .enumerate()
+                .map(|(t, b)| unsafe { e.isend(b.as_ptr(), LEN as u64, 1, 0, t as i32) })
+                .collect();
+            for id in ids {
+                assert_eq!(e.wait(id).unwrap().error, 0);
+            }
+            assert!(e.stats().single_copy >= MSGS as u64);
+            // Second phase: blocking sends into receives posted with irecv.
+            let again = fill(7);
+            for t in 0..4 {
+                e.send(&again, 1, 0, 100 + t).unwrap();
+            }
+        } else {
+            for t in (0..MSGS).rev() {
+                // Message 5 lands in a buffer that is too small: the first bytes, truncated.
+                let cap = if t == 5 { LEN / 3 + 1 } else { LEN };
+                let mut b = vec![0u8; cap];
+                let st = e.recv(&mut b, 0, 0, t as i32).unwrap();
+                assert_eq!(st.bytes as usize, cap.min(LEN));
+                assert_eq!(st.error, if t == 5 { 15 } else { 0 });
+                assert!(b == fill(t)[..cap], "message {t}");
+            }
+            let mut bufs = vec![vec![0u8; LEN]; 4];
+            let ids: Vec<usize> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(t, b)| unsafe {
+                    e.irecv(b.as_mut_ptr(), LEN as u64, 0, 0, 100 + t as i32, None)
+                })
+                .collect();
+            for id in ids {
+                assert_eq!(e.wait(id).unwrap().error, 0);
+            }
+            assert!(bufs.iter().all(|b| *b == fill(7)));
+        }
+        let mut world = Comm::new(vec![0, 1], 2, me, 0);
+        coll::barrier(&mut e, &mut world).unwrap();
+        e.mark_finalized();
+        return;
+    }
+    let mut job = spec(2, false);
+    // Both pairs remote: single copy from 1000 bytes.
+    job.classes = vec![Class::Core, Class::Remote, Class::Remote, Class::Core];
+    let out = run("cooperative_single_copy", job);
+    assert_eq!(out.failure, None);
+    assert!(
+        out.ends.iter().all(|e| *e == RankEnd::Exited(0)),
+        "{:?}",
+        out.ends
+    );
+}
