@@ -61,6 +61,10 @@ impl Observer for Detected {
         self.session.age();
     }
 
+    fn agent_cpu_s(&self) -> f64 {
+        self.session.stats().agent_cpu_s
+    }
+
     fn lost(&self) -> u64 {
         let s = self.session.stats();
         s.perf_lost + s.agent_dropped

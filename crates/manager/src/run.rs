@@ -55,6 +55,10 @@ pub trait Observer {
     fn try_wait(&mut self) -> Option<Exit>;
     /// Whether the program is still there (for attached programs that are not our child).
     fn alive(&self) -> bool;
+    /// CPU seconds of helper threads the observer put into the program (0 when none).
+    fn agent_cpu_s(&self) -> f64 {
+        0.0
+    }
 }
 
 /// Options of one managed run.
@@ -339,6 +343,7 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             .collect(),
         threshold: cfg.controller.threshold,
         huddle_cpu_s: procs::own_cpu_seconds() - huddle_cpu0,
+        agent_cpu_s: obs.agent_cpu_s(),
         target_cpu_s: data.tasks.iter().map(|t| t.cpu_s).sum(),
         detection_source: obs.source(),
         events: total_events,

@@ -29,7 +29,7 @@ pub fn render_html(d: &RunData) -> String {
         _ => "still running when huddle stopped".into(),
     };
     let overhead = if i.target_cpu_s > 0.0 {
-        100.0 * i.huddle_cpu_s / i.target_cpu_s
+        100.0 * (i.huddle_cpu_s + i.agent_cpu_s) / i.target_cpu_s
     } else {
         0.0
     };
@@ -49,7 +49,7 @@ pub fn render_html(d: &RunData) -> String {
          <tr><th>tasks seen</th><td class=l>{}</td></tr>\
          <tr><th>detection</th><td class=l>{}: {} events, {} lost</td></tr>\
          <tr><th>migrations</th><td class=l>{}</td></tr>\
-         <tr><th>huddle CPU time</th><td class=l>{:.3} s = {:.2}% of the program's {:.2} s</td></tr>\
+         <tr><th>huddle CPU time</th><td class=l>{:.3} s + agent helpers {:.3} s = {:.2}% of the program's {:.2} s</td></tr>\
          </table>",
         esc(&i.command.join(" ")),
         i.duration_s,
@@ -62,6 +62,7 @@ pub fn render_html(d: &RunData) -> String {
         i.lost_events,
         migrations.len(),
         i.huddle_cpu_s,
+        i.agent_cpu_s,
         overhead,
         i.target_cpu_s,
     );

@@ -42,6 +42,10 @@ pub struct RunInfo {
     pub threshold: f64,
     /// CPU time huddle itself used, and the target's, in seconds.
     pub huddle_cpu_s: f64,
+    /// CPU time of the detection agents' helper threads inside the target (not in
+    /// target_cpu_s, which counts the program's tasks only); absent in older runs.
+    #[serde(default)]
+    pub agent_cpu_s: f64,
     pub target_cpu_s: f64,
     pub detection_source: String,
     pub events: u64,
