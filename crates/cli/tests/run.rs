@@ -147,14 +147,13 @@ fn the_program_survives_when_huddle_is_killed() {
     // SAFETY: killing our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     wait_for(child, Duration::from_secs(5));
+    // The shell creates the file before echo writes into it: wait for the contents.
     let end = Instant::now() + Duration::from_secs(20);
-    while !flag.exists() && Instant::now() < end {
+    let read = || std::fs::read_to_string(&flag).unwrap_or_default();
+    while read().trim() != "finished" && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(
-        std::fs::read_to_string(&flag).unwrap_or_default().trim(),
-        "finished"
-    );
+    assert_eq!(read().trim(), "finished");
 }
 
 #[test]
