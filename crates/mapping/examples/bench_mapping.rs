@@ -9,6 +9,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use topology::Machine;
 
+mod common;
+use common::{cpu_seconds, pattern, PROCESS};
+
 struct Row {
     case: String,
     tasks: usize,
@@ -42,9 +45,9 @@ fn run(g: &Graph, t: &Target, a: Algorithm, reps: usize) -> (f64, f64, f64) {
     let mut cpu = Vec::new();
     let mut cost = 0.0;
     for _ in 0..reps {
-        let c0 = cpu_seconds();
+        let c0 = cpu_seconds(PROCESS);
         let r = map_graph(g, t, &opts(a));
-        cpu.push(cpu_seconds() - c0);
+        cpu.push(cpu_seconds(PROCESS) - c0);
         match r {
             Ok(m) => {
                 times.push(m.seconds);
@@ -59,23 +62,6 @@ fn run(g: &Graph, t: &Target, a: Algorithm, reps: usize) -> (f64, f64, f64) {
     times.sort_by(f64::total_cmp);
     cpu.sort_by(f64::total_cmp);
     (cost, times[times.len() / 2], cpu[cpu.len() / 2])
-}
-
-/// CPU time of this process (all threads), in seconds.
-fn cpu_seconds() -> f64 {
-    #[repr(C)]
-    struct Timespec {
-        sec: i64,
-        nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-    }
-    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
-    let mut ts = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.sec as f64 + ts.nsec as f64 * 1e-9
 }
 
 fn measure(case: String, g: &Graph, t: &Target, reps: usize) -> Row {
@@ -125,40 +111,6 @@ fn ratio(a: f64, b: f64) -> f64 {
     } else {
         f64::INFINITY
     }
-}
-
-/// Generated patterns over n tasks.
-fn pattern(name: &str, n: usize, seed: u64) -> Graph {
-    let mut e = Vec::new();
-    let mut s = seed;
-    let mut rnd = move || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (s >> 33) as usize
-    };
-    match name {
-        "ring" => (0..n).for_each(|i| e.push((i, (i + 1) % n, 10.0))),
-        "distant-pairs" => (0..n / 2).for_each(|i| e.push((i, i + n / 2, 10.0))),
-        "clusters" => {
-            // Groups of 8 talk inside (heavily) and to the next group (lightly).
-            for i in 0..n {
-                for j in i + 1..((i / 8 + 1) * 8).min(n) {
-                    e.push((i, j, 10.0));
-                }
-                e.push((i, (i + 8) % n, 1.0));
-            }
-        }
-        _ => {
-            // Random sparse: 4 random partners per task, weights 1..100.
-            for i in 0..n {
-                for _ in 0..4 {
-                    e.push((i, rnd() % n, (1 + rnd() % 100) as f64));
-                }
-            }
-        }
-    }
-    Graph::from_edges(n, &e)
 }
 
 fn main() {

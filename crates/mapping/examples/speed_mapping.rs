@@ -10,36 +10,8 @@ use mapping::{map_graph, Graph, Options, Target};
 use matrix::CommMatrix;
 use topology::Machine;
 
-fn pattern(name: &str, n: usize, seed: u64) -> Graph {
-    let mut e = Vec::new();
-    let mut s = seed;
-    let mut rnd = move || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (s >> 33) as usize
-    };
-    match name {
-        "ring" => (0..n).for_each(|i| e.push((i, (i + 1) % n, 10.0))),
-        "distant-pairs" => (0..n / 2).for_each(|i| e.push((i, i + n / 2, 10.0))),
-        "clusters" => {
-            for i in 0..n {
-                for j in i + 1..((i / 8 + 1) * 8).min(n) {
-                    e.push((i, j, 10.0));
-                }
-                e.push((i, (i + 8) % n, 1.0));
-            }
-        }
-        _ => {
-            for i in 0..n {
-                for _ in 0..4 {
-                    e.push((i, rnd() % n, (1 + rnd() % 100) as f64));
-                }
-            }
-        }
-    }
-    Graph::from_edges(n, &e)
-}
+mod common;
+use common::{cpu_seconds, pattern, THREAD};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -70,9 +42,9 @@ fn main() {
             let mut cpu = Vec::new();
             let mut cost = 0.0;
             for _ in 0..reps {
-                let c0 = cpu_ns();
+                let c0 = cpu_seconds(THREAD);
                 let m = map_graph(&g, &target, &Options::default()).expect("maps");
-                cpu.push((cpu_ns() - c0) as f64 * 1e-6);
+                cpu.push((cpu_seconds(THREAD) - c0) * 1e3);
                 times.push(m.seconds);
                 cost = m.cost;
             }
@@ -85,23 +57,6 @@ fn main() {
             );
         }
     }
-}
-
-/// CPU time of this thread (ns): robust to other load on the machine.
-fn cpu_ns() -> u64 {
-    #[repr(C)]
-    struct Timespec {
-        sec: i64,
-        nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-    }
-    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-    let mut ts = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.sec as u64 * 1_000_000_000 + ts.nsec as u64
 }
 
 /// Every shared matrix on every shared topology where it fits (as bench_mapping does).
@@ -138,11 +93,11 @@ fn nas(reps: usize) {
             let mut cpu = Vec::new();
             let mut cost = 0.0;
             for _ in 0..reps {
-                let c0 = cpu_ns();
+                let c0 = cpu_seconds(THREAD);
                 cost = map_graph(&g, &target, &Options::default())
                     .expect("maps")
                     .cost;
-                cpu.push((cpu_ns() - c0) as f64 * 1e-6);
+                cpu.push((cpu_seconds(THREAD) - c0) * 1e3);
             }
             cpu.sort_by(f64::total_cmp);
             println!("{:>8.3} ms  cost {cost}  {name}", cpu[0]);
