@@ -815,24 +815,25 @@ impl Session {
             read_generation: 0,
             vmas: None,
         });
-        let stale = now.saturating_sub(entry.read_ns) > MAPS_MAX_AGE_NS;
-        let outside = entry
-            .vmas
-            .as_deref()
-            .is_none_or(|v| procmaps::find(v, addr).is_none());
+        let shift = self.shift;
+        // (device, inode, page-cache offset) of a shared mapping; None for private memory.
+        let shared_key = |v: &Vma| {
+            v.shared
+                .then(|| (v.dev, v.inode, v.offset + (addr - v.start)))
+        };
+        let fresh = now.saturating_sub(entry.read_ns) <= MAPS_MAX_AGE_NS;
+        let mut hit = entry.vmas.as_deref().and_then(|v| procmaps::find(v, addr));
         // At most one read per poll, even for faults outside every mapping.
-        if (stale || outside) && entry.read_generation != generation {
+        if (!fresh || hit.is_none()) && entry.read_generation != generation {
             *entry = CachedMaps {
                 read_ns: now,
                 read_generation: generation,
                 vmas: procmaps::read(pid),
             };
+            hit = entry.vmas.as_deref().and_then(|v| procmaps::find(v, addr));
         }
-        if let Some(v) = entry.vmas.as_deref().and_then(|v| procmaps::find(v, addr)) {
-            if v.shared {
-                let off = v.offset + (addr - v.start);
-                return mix(mix(v.dev ^ 0x5348_4152_4544) ^ v.inode) ^ (off >> self.shift);
-            }
+        if let Some((dev, inode, off)) = hit.and_then(shared_key) {
+            return mix(mix(dev ^ 0x5348_4152_4544) ^ inode) ^ (off >> shift);
         }
         mix(pid as u64 ^ 0x5052_4956) ^ (addr >> self.shift)
     }
