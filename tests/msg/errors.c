@@ -1,12 +1,53 @@
 /* MPI_ERRORS_RETURN returns error classes for wrong arguments and truncation; with argv[1] =
  * "fatal", MPI_ERRORS_ARE_FATAL aborts the job on an invalid rank. Plain MPI. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int rank, size, errors;
 static int class_of(int rc) { int c; MPI_Error_class(rc, &c); return c; }
 #define EXPECT(call, want) do { int rc_ = (call); if (class_of(rc_) != (want)) { errors++; fprintf(stderr, "rank %d: %s returned %d, want %s\n", rank, #call, rc_, #want); } } while (0)
+
+#ifdef HUDDLE_MSG
+/* Two threads in MPI at once (beyond MPI_THREAD_SERIALIZED): the second call must fail, not
+ * corrupt the library. Rank 1's helper thread blocks in MPI_Recv until rank 0 sends, which
+ * rank 0 does only once rank 1 has made its overlapping call and dropped a marker file. */
+static volatile int in_recv;
+static void *blocked_recv(void *arg) {
+    int v;
+    in_recv = 1;
+    *(int *)arg = MPI_Recv(&v, 1, MPI_INT, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return NULL;
+}
+static void overlapping_calls(void) {
+    char marker[64];
+    snprintf(marker, sizeof marker, "/tmp/huddle-errors-%d", (int)getppid());
+    if (rank == 0) {
+        for (int i = 0; i < 30000 && access(marker, F_OK) != 0; i++) usleep(1000);
+        unlink(marker);
+        int v = 7;
+        MPI_Send(&v, 1, MPI_INT, 1, 9, MPI_COMM_WORLD);
+    } else if (rank == 1) {
+        int rc = -1, n;
+        pthread_t t;
+        pthread_create(&t, NULL, blocked_recv, &rc);
+        while (!in_recv) usleep(1000);
+        /* Once the helper is inside MPI_Recv (which waits for the marker), calls must fail. */
+        int got = MPI_SUCCESS;
+        for (int i = 0; i < 10000 && got == MPI_SUCCESS; i++) {
+            got = MPI_Comm_size(MPI_COMM_WORLD, &n);
+            if (got == MPI_SUCCESS) usleep(1000);
+        }
+        EXPECT(got, MPI_ERR_OTHER);
+        fclose(fopen(marker, "w"));
+        pthread_join(t, NULL);
+        if (rc != MPI_SUCCESS) { errors++; fprintf(stderr, "rank 1: blocked MPI_Recv returned %d\n", rc); }
+    }
+}
+#endif
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -28,6 +69,7 @@ int main(int argc, char **argv) {
 #ifdef HUDDLE_MSG
     EXPECT(MPI_Send(buf, 1, (MPI_Datatype)999, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
     EXPECT(MPI_Send(buf, 1, MPI_INT, 0, 0, (MPI_Comm)77), MPI_ERR_COMM);
+    if (size >= 2) overlapping_calls();
 #endif
     if (size >= 2 && rank < 2) {
         if (rank == 0) {

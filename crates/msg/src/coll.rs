@@ -13,7 +13,7 @@ use crate::ops::{self, Op, Type};
 use crate::shm::NKEYS;
 use crate::MsgError;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::rc::Rc;
 
 /// Segment size of pipelined collectives.
 pub const SEGMENT: usize = 128 * 1024;
@@ -35,7 +35,7 @@ pub struct Comm {
     /// World rank of each member, by communicator rank.
     pub ranks: Vec<usize>,
     /// Communicator rank of each world rank (-1 if not a member).
-    pub world_to_comm: Arc<Vec<i32>>,
+    pub world_to_comm: Rc<Vec<i32>>,
     /// This rank's communicator rank.
     pub me: usize,
     /// Point-to-point context; collectives use ctx + 1.
@@ -58,7 +58,7 @@ impl Comm {
         }
         Comm {
             ranks,
-            world_to_comm: Arc::new(w2c),
+            world_to_comm: Rc::new(w2c),
             me,
             ctx,
             errhandler: 0,

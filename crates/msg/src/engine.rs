@@ -14,31 +14,50 @@ use crate::rules::{Class, Rule, NCLASS};
 use crate::shm::{self, Segment};
 use crate::MsgError;
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, Ordering};
-use std::sync::Arc;
+use std::rc::Rc;
+use std::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering};
 
 pub const ANY: i32 = -1;
 
+/// Ring records start on a cache line: a header line, whose last `INLINE` bytes carry the
+/// first payload bytes, then the rest of the payload in whole lines.
 const REC: u64 = 64;
+const INLINE: u64 = 32;
 const PAD: u32 = 1;
 const DATA: u32 = 2;
 const MORE: u32 = 3;
 const RTS: u32 = 4;
 const FIN: u32 = 5;
 
+/// A record header. The receiver polls the line where the next record will start and takes
+/// it once `stamp` equals that record's ring position + 1: one cache-line transfer per small
+/// message, no shared head counter. The sender stores `stamp` last (release), so the whole
+/// record is visible by then. Stale data cannot match: an old header holds an older
+/// position, and the receiver zeroes the first word of every other line it consumes.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct Rec {
+    stamp: u64,
     kind: u32,
     len: u32,
     ctx: u32,
     tag: i32,
     total: u64,
+    // RTS and FIN only; DATA and MORE carry payload from here on (INLINE bytes).
     addr: u64,
     token: u64,
     /// RTS and FIN: copy slot + 1 of the pair (0: none, the receiver copies alone).
     slot: u64,
-    _pad: [u64; 2],
+    _pad: u64,
+}
+
+/// Ring bytes a record with `len` payload bytes takes.
+fn record_bytes(len: u64) -> u64 {
+    if len == 0 {
+        REC
+    } else {
+        (REC - INLINE + len).div_ceil(REC) * REC
+    }
 }
 
 /// MPI error classes the engine produces (values match include/huddle/msg/mpi.h).
@@ -71,7 +90,7 @@ enum Kind {
         ctx: u32,
         src: i32,
         tag: i32,
-        ranks: Option<Arc<Vec<i32>>>,
+        ranks: Option<Rc<Vec<i32>>>,
     },
 }
 
@@ -133,7 +152,6 @@ struct CoopRx {
 #[derive(Default)]
 struct Rx {
     tail: u64,
-    head_seen: u64,
     inflight: Option<Inflight>,
 }
 
@@ -151,7 +169,10 @@ pub struct Spin {
 impl Default for Spin {
     fn default() -> Spin {
         Spin {
-            polls: 4000,
+            // A rank sharing its PU gains nothing by polling while the rank it waits for
+            // cannot run: 4000 polls cost 140 us per message, 8 cost 2 us (8 B ping-pong,
+            // two ranks on one PU of this machine).
+            polls: 8,
             spin_us: 1000,
             yields: 20,
             sleep_ms: 50,
@@ -186,6 +207,9 @@ pub struct Engine {
     poisoned: bool,
     /// Another rank of the job is pinned to this rank's PU.
     shares_pu: bool,
+    /// Every rank registered for membarrier: senders check `waiting` after a compiler
+    /// barrier only, and a rank going to sleep pays for the real barrier (shm::heavy_barrier).
+    asym_fence: bool,
     stats: Stats,
     pub spin: Spin,
 }
@@ -198,8 +222,10 @@ pub struct Stats {
     pub single_copy: u64,
 }
 
-// Requests hold raw pointers to user buffers; the engine lives behind one lock and the MPI
-// rules (a buffer stays valid until its request completes) make moving it between threads safe.
+// Requests hold raw pointers to user buffers and `Rc`s shared only with the communicators of
+// the library that owns the engine. The engine moves between threads only together with that
+// library and never runs on two at once (MPI_THREAD_SERIALIZED at most), and the MPI rules (a
+// buffer stays valid until its request completes) make moving it safe.
 unsafe impl Send for Engine {}
 
 static PROBE_WORD: u64 = 0x7072_6f62_655f_6f6b;
@@ -298,6 +324,7 @@ impl Engine {
             chunk: 0,
             poisoned: false,
             shares_pu: false,
+            asym_fence: false,
             stats: Stats::default(),
             spin: Spin::default(),
         };
@@ -321,6 +348,10 @@ impl Engine {
         }
         let my_pu = e.seg.rank(me).pu_os;
         e.shares_pu = (0..n).any(|r| r != me && e.seg.rank(r).pu_os == my_pu);
+        if std::env::var_os("HUDDLE_MSG_FENCE").is_some() || !shm::register_heavy_barrier() {
+            e.seg.header().asym_fence_ok.store(0, Ordering::SeqCst);
+        }
+        e.seg.prefault_rings_of(me);
         e.init_barrier(1)?;
         let peer = (me + 1) % n;
         if peer != me {
@@ -338,6 +369,7 @@ impl Engine {
             }
         }
         e.init_barrier(2)?;
+        e.asym_fence = e.seg.header().asym_fence_ok.load(Ordering::SeqCst) == 1;
         e.single_copy = e.seg.header().single_copy_ok.load(Ordering::SeqCst) == 1
             && std::env::var_os("HUDDLE_MSG_NO_SINGLE_COPY").is_none();
         Ok(e)
@@ -537,8 +569,15 @@ impl Engine {
         id
     }
 
+    /// Wakes `rank` if it sleeps. Our stores must be visible before we read its `waiting`
+    /// (it sets `waiting`, then re-checks our rings): a full fence here, or, with the
+    /// asymmetric fence, a compiler barrier here and a membarrier on the sleeper's side.
     fn notify(&self, rank: usize) {
-        fence(Ordering::SeqCst);
+        if self.asym_fence {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
         let slot = self.seg.rank(rank);
         if slot.waiting.load(Ordering::Relaxed) != 0 {
             shm::ring_doorbell(&slot.doorbell, true);
@@ -547,7 +586,7 @@ impl Engine {
 
     /// Writes one record to ring me->dst if it fits now.
     fn put(&mut self, dst: usize, rec: Rec, payload: *const u8) -> bool {
-        let need = REC + (rec.len as u64).div_ceil(REC) * REC;
+        let need = record_bytes(rec.len as u64);
         let cap = self.cap;
         let tx = &mut self.tx[dst];
         let pos = tx.head % cap;
@@ -566,25 +605,19 @@ impl Engine {
                 kind: PAD,
                 ..Rec::default()
             };
-            unsafe { std::ptr::write(data.add(pos as usize) as *mut Rec, pad) };
+            unsafe { publish(data.add(pos as usize), pad, tx.head) };
             at = 0;
             tx.head += to_end;
         }
         unsafe {
-            std::ptr::write(data.add(at as usize) as *mut Rec, rec);
+            let at = data.add(at as usize);
             if rec.len > 0 {
-                std::ptr::copy_nonoverlapping(
-                    payload,
-                    data.add((at + REC) as usize),
-                    rec.len as usize,
-                );
+                // Payload first (the inline part overlays the RTS/FIN fields), header last.
+                std::ptr::copy_nonoverlapping(payload, at.add(INLINE as usize), rec.len as usize);
             }
+            publish(at, rec, tx.head);
         }
         tx.head += need;
-        self.seg
-            .ring_ctl(self.me, dst)
-            .head
-            .store(tx.head, Ordering::Release);
         self.notify(dst);
         true
     }
@@ -705,7 +738,7 @@ impl Engine {
         src: i32,
         ctx: u32,
         tag: i32,
-        ranks: Option<Arc<Vec<i32>>>,
+        ranks: Option<Rc<Vec<i32>>>,
     ) -> usize {
         let id = self.alloc(Req {
             kind: Kind::Recv {
@@ -944,22 +977,23 @@ impl Engine {
         // Raw pointer: the segment outlives this call, and handlers need `&mut self`.
         let ctl: *const shm::RingCtl = self.seg.ring_ctl(src, self.me);
         let data = self.seg.ring_data(src, self.me);
+        let mut published = self.rx[src].tail;
         loop {
-            let rx = &mut self.rx[src];
-            if rx.tail == rx.head_seen {
-                rx.head_seen = unsafe { (*ctl).head.load(Ordering::Acquire) };
-                if rx.tail == rx.head_seen {
-                    break;
-                }
+            let tail = self.rx[src].tail;
+            let pos = tail % cap;
+            let at = unsafe { data.add(pos as usize) };
+            // Safety: records start on 64-byte boundaries inside the mapped ring.
+            let stamp = unsafe { &*(at as *const AtomicU64) };
+            if stamp.load(Ordering::Acquire) != tail + 1 {
+                break;
             }
             any = true;
-            let pos = rx.tail % cap;
-            let rec = unsafe { std::ptr::read(data.add(pos as usize) as *const Rec) };
-            let payload = unsafe { data.add((pos + REC) as usize) as *const u8 };
+            let rec = unsafe { std::ptr::read(at as *const Rec) };
+            let payload = unsafe { at.add(INLINE as usize) as *const u8 };
             let size = if rec.kind == PAD {
                 cap - pos
             } else {
-                REC + (rec.len as u64).div_ceil(REC) * REC
+                record_bytes(rec.len as u64)
             };
             match rec.kind {
                 DATA => self.on_first(src, &rec, payload),
@@ -985,7 +1019,22 @@ impl Engine {
                 }
                 _ => {}
             }
+            // Zero the first word of the record's other lines: the sender's payload there
+            // must not pass for a stamp when a header lands on that line a lap later.
+            for line in (REC..size).step_by(REC as usize) {
+                unsafe {
+                    (*(at.add(line as usize) as *const AtomicU64)).store(0, Ordering::Relaxed)
+                };
+            }
             self.rx[src].tail += size;
+            // Publish the space now and then, not once per record (each store may take the
+            // line back from the sender): at a quarter ring, and when the batch ends.
+            if self.rx[src].tail - published >= cap / 4 {
+                published = self.rx[src].tail;
+                unsafe { (*ctl).tail.store(published, Ordering::Release) };
+            }
+        }
+        if self.rx[src].tail != published {
             unsafe { (*ctl).tail.store(self.rx[src].tail, Ordering::Release) };
         }
         // One wake-up check per batch of records, not one fence per record.
@@ -1205,6 +1254,13 @@ impl Engine {
             let slot = self.seg.rank(self.me);
             slot.waiting.store(1, Ordering::SeqCst);
             let seen = slot.doorbell.load(Ordering::SeqCst);
+            if self.asym_fence && !shm::heavy_barrier() {
+                // Cannot happen once registered; if it does, stay awake rather than risk
+                // missing a wake-up.
+                self.seg.rank(self.me).waiting.store(0, Ordering::SeqCst);
+                unsafe { libc::sched_yield() };
+                continue;
+            }
             self.progress();
             if done(self) {
                 self.seg.rank(self.me).waiting.store(0, Ordering::SeqCst);
@@ -1250,6 +1306,25 @@ impl Engine {
             .state
             .store(shm::STATE_FINALIZED, Ordering::SeqCst);
     }
+}
+
+/// Writes record header `rec` at `at` (ring position `pos`), stamp last.
+///
+/// # Safety
+/// `at` must point at 64 writable, 8-byte-aligned bytes of the ring.
+unsafe fn publish(at: *mut u8, rec: Rec, pos: u64) {
+    // Everything but the stamp, then the stamp with release ordering.
+    let body = std::mem::size_of::<u64>();
+    std::ptr::copy_nonoverlapping(
+        (&rec as *const Rec as *const u8).add(body),
+        at.add(body),
+        if rec.len > 0 {
+            INLINE as usize - body
+        } else {
+            REC as usize - body
+        },
+    );
+    (*(at as *const AtomicU64)).store(pos + 1, Ordering::Release);
 }
 
 fn matches(ctx: u32, src: i32, tag: i32, mctx: u32, msrc: usize, mtag: i32) -> bool {

@@ -9,8 +9,10 @@ use crate::coll::{self, Comm};
 use crate::engine::{Engine, Status, ANY};
 use crate::ops::{self, Op, Type};
 use crate::MsgError;
+use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -65,7 +67,36 @@ struct Lib {
     thread_level: c_int,
 }
 
-static LIB: Mutex<Option<Lib>> = Mutex::new(None);
+/// The library. No lock: we provide at most MPI_THREAD_SERIALIZED, so the program itself
+/// orders calls made from different threads (as MPICH and Open MPI do below
+/// MPI_THREAD_MULTIPLE). A locked instruction per call would also wait for the stores to the
+/// rings to drain, which costs more than a small message. `BUSY` catches most programs that
+/// break the rule (or re-enter from a signal handler) and fails their call instead.
+struct LibCell(UnsafeCell<Option<Lib>>);
+// Safety: see above; every access goes through `with_lib`.
+unsafe impl Sync for LibCell {}
+static LIB: LibCell = LibCell(UnsafeCell::new(None));
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Clears `BUSY` when the call ends, panics included.
+struct Entered;
+impl Drop for Entered {
+    fn drop(&mut self) {
+        BUSY.store(false, Ordering::Release);
+    }
+}
+
+/// Runs `f` on the library state; None if another call is in progress.
+fn with_lib<T>(f: impl FnOnce(&mut Option<Lib>) -> T) -> Option<T> {
+    if BUSY.load(Ordering::Acquire) {
+        return None;
+    }
+    BUSY.store(true, Ordering::Relaxed);
+    let _entered = Entered;
+    // Safety: BUSY was clear, so no other call holds the state (see LibCell).
+    Some(f(unsafe { &mut *LIB.0.get() }))
+}
+
 static STATE: Mutex<(bool, bool)> = Mutex::new((false, false)); // (initialized, finalized)
 static START: OnceLock<Instant> = OnceLock::new();
 
@@ -87,31 +118,40 @@ type R<T> = Result<T, Fail>;
 /// Runs one MPI call: lock, panic guard, error handler of `comm`.
 fn call(name: &str, comm: MPI_Comm, f: impl FnOnce(&mut Lib) -> R<()>) -> c_int {
     let r = catch_unwind(AssertUnwindSafe(|| {
-        let mut g = lock(&LIB);
-        let Some(lib) = g.as_mut() else {
-            eprintln!("huddle-msg: {name} called before MPI_Init or after MPI_Finalize");
-            std::process::exit(1);
-        };
-        match f(lib) {
-            Ok(()) => MPI_SUCCESS,
-            Err(Fail(code, msg)) => {
-                let handler = lib
-                    .comm(comm)
-                    .or_else(|_| lib.comm(COMM_WORLD))
-                    .map_or(ERRORS_ARE_FATAL, |c| c.errhandler);
-                if handler == ERRORS_RETURN {
-                    code
-                } else {
-                    let rank = lib.eng.rank();
-                    // One write, so lines of several ranks do not interleave.
-                    let line =
-                        format!("huddle-msg: rank {rank}: {name}: {msg} (MPI_ERRORS_ARE_FATAL)\n");
-                    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-                    lib.eng.segment().raise_abort(rank as i32, code);
-                    std::process::exit(1);
+        with_lib(|g| {
+            let Some(lib) = g.as_mut() else {
+                eprintln!("huddle-msg: {name} called before MPI_Init or after MPI_Finalize");
+                std::process::exit(1);
+            };
+            match f(lib) {
+                Ok(()) => MPI_SUCCESS,
+                Err(Fail(code, msg)) => {
+                    let handler = lib
+                        .comm(comm)
+                        .or_else(|_| lib.comm(COMM_WORLD))
+                        .map_or(ERRORS_ARE_FATAL, |c| c.errhandler);
+                    if handler == ERRORS_RETURN {
+                        code
+                    } else {
+                        let rank = lib.eng.rank();
+                        // One write, so lines of several ranks do not interleave.
+                        let line = format!(
+                            "huddle-msg: rank {rank}: {name}: {msg} (MPI_ERRORS_ARE_FATAL)\n"
+                        );
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                        lib.eng.segment().raise_abort(rank as i32, code);
+                        std::process::exit(1);
+                    }
                 }
             }
-        }
+        })
+        .unwrap_or_else(|| {
+            eprintln!(
+                "huddle-msg: {name} called while another MPI call runs (two threads at once, \
+                 beyond MPI_THREAD_SERIALIZED)"
+            );
+            MPI_ERR_OTHER
+        })
     }));
     r.unwrap_or(MPI_ERR_INTERN)
 }
@@ -262,12 +302,16 @@ fn init() -> c_int {
         let me = eng.rank();
         let world = Comm::new((0..n).collect(), n, me, 0);
         let selfc = Comm::new(vec![me], n, 0, 2);
-        *lock(&LIB) = Some(Lib {
+        let lib = Lib {
             eng,
             comms: vec![None, Some(world), Some(selfc)],
             next_ctx: 4,
             thread_level: 0,
-        });
+        };
+        if with_lib(|g| *g = Some(lib)).is_none() {
+            eprintln!("huddle-msg: MPI_Init called while another MPI call runs");
+            return MPI_ERR_OTHER;
+        }
         START.get_or_init(Instant::now);
         st.0 = true;
         MPI_SUCCESS
@@ -288,12 +332,14 @@ pub unsafe extern "C" fn MPI_Init_thread(
     provided: *mut c_int,
 ) -> c_int {
     let r = init();
-    // One lock serializes every call, so up to MPI_THREAD_SERIALIZED is honoured.
+    // Calls are not locked against each other (see LibCell): MPI_THREAD_SERIALIZED at most.
     let level = required.clamp(0, THREAD_SERIALIZED);
     if r == MPI_SUCCESS {
-        if let Some(l) = lock(&LIB).as_mut() {
-            l.thread_level = level;
-        }
+        with_lib(|g| {
+            if let Some(l) = g.as_mut() {
+                l.thread_level = level;
+            }
+        });
     }
     if !provided.is_null() {
         *provided = level;
@@ -322,7 +368,7 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
     });
     if r == MPI_SUCCESS {
         let _ = catch_unwind(|| {
-            *lock(&LIB) = None;
+            with_lib(|g| *g = None);
             lock(&STATE).1 = true;
         });
     }
@@ -348,12 +394,14 @@ pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abort(_comm: MPI_Comm, code: c_int) -> c_int {
     let _ = catch_unwind(|| {
-        if let Some(l) = lock(&LIB).as_ref() {
-            let rank = l.eng.rank();
-            let line = format!("huddle-msg: rank {rank} called MPI_Abort with code {code}\n");
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-            l.eng.segment().raise_abort(rank as i32, code);
-        }
+        with_lib(|g| {
+            if let Some(l) = g.as_ref() {
+                let rank = l.eng.rank();
+                let line = format!("huddle-msg: rank {rank} called MPI_Abort with code {code}\n");
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                l.eng.segment().raise_abort(rank as i32, code);
+            }
+        })
     });
     std::process::exit(if code == 0 { 1 } else { code & 0xff })
 }

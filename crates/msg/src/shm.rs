@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x6875_6464_6c65_6d73; // "huddlems"
-const VERSION: u32 = 2;
+const VERSION: u32 = 4;
 /// Placement keys per rank: package, NUMA node, L3, L2, core (logical indexes; NONE if absent).
 pub const NKEYS: usize = 5;
 pub const NONE: u32 = u32::MAX;
@@ -34,6 +34,9 @@ pub struct Header {
     pub abort_code: AtomicI32,
     /// 1 while process_vm_readv works between ranks; a rank whose probe fails clears it.
     pub single_copy_ok: AtomicU32,
+    /// 1 while every rank registered for membarrier(GLOBAL_EXPEDITED); a rank whose
+    /// registration fails clears it and all ranks fall back to a fence per wake-up check.
+    pub asym_fence_ok: AtomicU32,
     /// MPI_Init rendezvous: ranks arrived, and a generation word to futex-wait on.
     pub init_arrived: AtomicU32,
     pub init_gen: AtomicU32,
@@ -84,14 +87,12 @@ pub struct CopySlot {
     pub done: AtomicU64,
 }
 
-/// Producer and consumer counters on separate cache lines (bytes written / read, ever),
-/// then the pair's copy slots.
+/// The consumer's counter (bytes read, ever; the producer finds new records by their stamps,
+/// see engine::Rec), alone on its line, then the pair's copy slots.
 #[repr(C, align(128))]
 pub struct RingCtl {
-    pub head: AtomicU64,
-    _pad: [u8; 120],
     pub tail: AtomicU64,
-    _pad2: [u8; 120],
+    _pad: [u8; 120],
     pub slots: [CopySlot; NSLOTS],
 }
 
@@ -183,6 +184,7 @@ impl Segment {
         h.ring_bytes = spec.ring_bytes as u64;
         h.total_bytes = total;
         h.single_copy_ok.store(1, Ordering::Relaxed);
+        h.asym_fence_ok.store(1, Ordering::Relaxed);
         h.rules = spec.rules;
         for r in 0..n {
             let s = seg.rank_ptr(r);
@@ -300,6 +302,27 @@ impl Segment {
         unsafe { &*(self.base.add(off) as *const RingCtl) }
     }
 
+    /// Maps in, now, the pages of every ring `rank` writes or reads, so that first touches
+    /// do not fault inside timed communication. Best effort: MADV_POPULATE_WRITE needs
+    /// Linux 5.14; without it pages fault in on first use as before.
+    pub fn prefault_rings_of(&self, rank: usize) {
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        for other in 0..self.n {
+            for (src, dst) in [(rank, other), (other, rank)] {
+                let off = self.lay.rings + (src * self.n + dst) * self.lay.ring_stride;
+                let start = off / 4096 * 4096;
+                let end = off + self.lay.ring_stride;
+                unsafe {
+                    libc::madvise(
+                        self.base.add(start) as *mut libc::c_void,
+                        end - start,
+                        MADV_POPULATE_WRITE,
+                    )
+                };
+            }
+        }
+    }
+
     /// Start of the data area of ring src->dst (`ring_bytes` long).
     pub fn ring_data(&self, src: usize, dst: usize) -> *mut u8 {
         let off = self.lay.rings
@@ -346,6 +369,30 @@ pub fn ring_doorbell(word: &AtomicU32, wake: bool) {
             )
         };
     }
+}
+
+// membarrier(2) commands (linux/membarrier.h; not in the libc crate).
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
+
+/// Registers this process for `heavy_barrier`. False where the kernel lacks it (before 4.16)
+/// or a seccomp filter refuses it.
+pub fn register_heavy_barrier() -> bool {
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+            0,
+            0,
+        ) == 0
+    }
+}
+
+/// The slow side of an asymmetric fence: on return, every running thread of every registered
+/// process has passed a full memory barrier, so a compiler barrier on the fast side (the
+/// sender's check of `waiting`) orders like a real fence. Only a rank about to sleep pays it.
+pub fn heavy_barrier() -> bool {
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0 }
 }
 
 /// Sleeps while `*word == seen`, at most `timeout_ms`.

@@ -234,6 +234,80 @@ fn every_transport_under_random_traffic() {
     );
 }
 
+/// Payload of message `seq` from the stale-stamp test: at the start of each ring line after
+/// the header line (record layout: engine::Rec, 32 payload bytes inline in the 64-byte header
+/// line, the rest in whole lines), the stamp a header on that line would carry one lap later;
+/// elsewhere a byte pattern. `at` is the record's ring position, `cap` the ring size.
+fn stamp_lookalikes(len: usize, at: u64, cap: u64, seq: usize) -> Vec<u8> {
+    let mut p: Vec<u8> = (0..len).map(|i| byte(0, seq, i)).collect();
+    let mut line = 64;
+    while line - 32 + 8 <= len as u64 {
+        let off = (line - 32) as usize;
+        p[off..off + 8].copy_from_slice(&(at + line + cap + 1).to_le_bytes());
+        line += 64;
+    }
+    p
+}
+
+/// Payload length of message `seq` in the stale-stamp test: varied, so that records do not
+/// start on the same lines lap after lap.
+fn lookalike_len(seq: usize) -> usize {
+    100 + seq * 37 % 400
+}
+
+/// Ring positions of `count` records (payload lengths from `lookalike_len`) sent back to back
+/// on an empty ring of `cap` bytes (a record that does not fit before the end pads to it).
+fn record_positions(count: usize, cap: u64) -> Vec<u64> {
+    let mut head = 0;
+    (0..count)
+        .map(|seq| {
+            let size = (32 + lookalike_len(seq) as u64).div_ceil(64) * 64;
+            if cap - head % cap < size {
+                head += cap - head % cap;
+            }
+            head += size;
+            head - size
+        })
+        .collect()
+}
+
+#[test]
+fn payload_that_looks_like_a_stamp_is_never_taken_for_a_record() {
+    const COUNT: usize = 5000;
+    let cap = 64 * 1024;
+    if in_rank() {
+        let mut e = Engine::from_env().unwrap();
+        let at = record_positions(COUNT, cap);
+        if e.rank() == 0 {
+            for (seq, &p) in at.iter().enumerate() {
+                let m = stamp_lookalikes(lookalike_len(seq), p, cap, seq);
+                e.send(&m, 1, 0, 5).unwrap();
+            }
+        } else {
+            let mut b = vec![0u8; 1024];
+            for (seq, &p) in at.iter().enumerate() {
+                let st = e.recv(&mut b, 0, 0, 5).unwrap();
+                let want = stamp_lookalikes(lookalike_len(seq), p, cap, seq);
+                assert!(b[..st.bytes as usize] == want[..], "message {seq} differs");
+            }
+        }
+        let mut world = Comm::new((0..e.size()).collect(), e.size(), e.rank(), 0);
+        coll::barrier(&mut e, &mut world).unwrap();
+        e.mark_finalized();
+        return;
+    }
+    let out = run(
+        "payload_that_looks_like_a_stamp_is_never_taken_for_a_record",
+        spec(2, false),
+    );
+    assert_eq!(out.failure, None);
+    assert!(
+        out.ends.iter().all(|e| *e == RankEnd::Exited(0)),
+        "{:?}",
+        out.ends
+    );
+}
+
 #[test]
 fn oversubscribed_ranks_sleep_instead_of_spinning() {
     if in_rank() {
