@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -252,12 +253,27 @@ static void send_req(int to, int type, uint64_t a, uint64_t b, const void *paylo
     send_req3(to, type, a, b, 0, payload, plen);
 }
 
+/* Waits for a request, yielding the core between tests: the protocol thread shares this rank's
+ * core (mpirun binds a rank to one), and in base mode the reply we wait for may be our own
+ * protocol thread's to send or to receive for another rank.  A main thread that spins in
+ * MPI_Test keeps it off the core (and, under Open MPI, spinning on the progress lock the main
+ * thread holds) until the scheduler's time slice ends: milliseconds per request. */
+static void wait_request(MPI_Request *rq, MPI_Status *st) {
+    int done = 0;
+    for (;;) {
+        mpi_enter();
+        MPI_Test(rq, &done, st);
+        mpi_leave();
+        if (done) return;
+        sched_yield();
+    }
+}
+
 static void recv_reply(int from, void *buf, size_t len, const char *what) {
     wait_begin(what, from);
     MPI_Request rq;
     MPI_Irecv(buf, (int)len, MPI_BYTE, from, TAG_REPLY, comm, &rq);
-    int done = 0;
-    while (!done) MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+    wait_request(&rq, MPI_STATUS_IGNORE);
     wait_end();
 }
 
@@ -625,8 +641,7 @@ void svm_lock(int l) {
         MPI_Status stt;
         char buf[8 + MAXP * 4];
         MPI_Irecv(buf, sizeof buf, MPI_BYTE, MPI_ANY_SOURCE, TAG_GRANT, comm, &rq);
-        int done = 0;
-        while (!done) MPI_Test(&rq, &done, &stt);
+        wait_request(&rq, &stt);
         wait_end();
         memcpy(lv, buf + 8, P * 4);
     }
@@ -694,16 +709,11 @@ void svm_barrier(void) {
                 for (int k = 1; k < nnodes; k++) {
                     uint32_t in[MAXP];
                     MPI_Request rq;
-                    int done = 0;
                     wait_begin("barrier", leader_of_node[k]);
                     mpi_enter();
                     MPI_Irecv(in, P * 4, MPI_BYTE, leader_of_node[k], TAG_BAR, comm, &rq);
                     mpi_leave();
-                    while (!done) {
-                        mpi_enter();
-                        MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
-                        mpi_leave();
-                    }
+                    wait_request(&rq, MPI_STATUS_IGNORE);
                     for (int r = 0; r < P; r++)
                         if (node_of[r] == k) gvt[r] = in[r];
                 }
@@ -712,17 +722,12 @@ void svm_barrier(void) {
                 mpi_leave();
             } else {
                 MPI_Request rq;
-                int done = 0;
                 mpi_enter();
                 MPI_Send(gvt, P * 4, MPI_BYTE, root, TAG_BAR, comm);
                 wait_begin("barrier", root);
                 MPI_Irecv(gvt, P * 4, MPI_BYTE, root, TAG_BAR, comm, &rq);
                 mpi_leave();
-                while (!done) {
-                    mpi_enter();
-                    MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
-                    mpi_leave();
-                }
+                wait_request(&rq, MPI_STATUS_IGNORE);
             }
         }
         for (int r = 0; r < P; r++) __atomic_store_n(&BAR_GVT[r], gvt[r], __ATOMIC_RELAXED);
@@ -836,6 +841,9 @@ static void *protocol_thread(void *arg) {
     char *buf = malloc(cap);
     if (!buf) fatal("out of memory");
     double last_check = now();
+    /* The poll period is the base protocol's stand-in for interrupt latency: keep the
+     * kernel's default 50 us timer slack from tripling a 20 us sleep. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     while (!thr_stop) {
         int flag = 0;
         MPI_Status s;
