@@ -253,11 +253,13 @@ static void send_req(int to, int type, uint64_t a, uint64_t b, const void *paylo
     send_req3(to, type, a, b, 0, payload, plen);
 }
 
-/* Waits for a request, yielding the core between tests: the protocol thread shares this rank's
- * core (mpirun binds a rank to one), and in base mode the reply we wait for may be our own
- * protocol thread's to send or to receive for another rank.  A main thread that spins in
- * MPI_Test keeps it off the core (and, under Open MPI, spinning on the progress lock the main
- * thread holds) until the scheduler's time slice ends: milliseconds per request. */
+/* Waits for a request.  In base mode it yields the core between tests: the protocol thread
+ * shares this rank's core (mpirun binds a rank to one) and may have to serve a request before
+ * the reply we wait for can come; a main thread spinning in MPI_Test kept it off the core (and,
+ * under Open MPI, spinning on the progress lock the main thread holds) until the time slice
+ * ended: milliseconds per request.  In ni mode nothing here waits for our protocol thread, but
+ * peers' one-sided reads wait for this process's MPI progress (UCX emulates them with active
+ * messages), so it keeps testing: yielding there tripled the fault latency of a peer. */
 static void wait_request(MPI_Request *rq, MPI_Status *st) {
     int done = 0;
     for (;;) {
@@ -265,7 +267,7 @@ static void wait_request(MPI_Request *rq, MPI_Status *st) {
         MPI_Test(rq, &done, st);
         mpi_leave();
         if (done) return;
-        sched_yield();
+        if (!ni_mode) sched_yield();
     }
 }
 
@@ -841,9 +843,11 @@ static void *protocol_thread(void *arg) {
     char *buf = malloc(cap);
     if (!buf) fatal("out of memory");
     double last_check = now();
-    /* The poll period is the base protocol's stand-in for interrupt latency: keep the
-     * kernel's default 50 us timer slack from tripling a 20 us sleep. */
-    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    /* In base mode the poll period is the protocol's stand-in for interrupt latency: keep the
+     * kernel's default 50 us timer slack from tripling a 20 us sleep.  (In ni mode the polls only
+     * add progress while the main thread is out of MPI; polling 3x as often there made the main
+     * thread's faults wait for the MPI mutex more often.) */
+    if (!ni_mode) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     while (!thr_stop) {
         int flag = 0;
         MPI_Status s;
