@@ -548,19 +548,42 @@ impl Engine {
         } else {
             self.stats.pipelined += 1;
         }
+        // One record and nothing queued before it: write it now, the request is born done.
+        let direct = !single_copy
+            && len <= fragment
+            && self.tx[dst].queue.is_empty()
+            && self.tx[dst].fins.is_empty()
+            && self.put(
+                dst,
+                Rec {
+                    kind: DATA,
+                    len: len as u32,
+                    ctx,
+                    tag,
+                    total: len,
+                    ..Rec::default()
+                },
+                buf,
+            );
         let id = self.alloc(Req {
             kind: Kind::Send {
                 ctx,
                 tag,
                 buf,
                 len,
-                sent: 0,
+                sent: if direct { len } else { 0 },
                 fragment,
                 single_copy,
             },
-            done: false,
-            status: Status::default(),
+            done: direct,
+            status: Status {
+                bytes: if direct { len } else { 0 },
+                ..Status::default()
+            },
         });
+        if direct {
+            return id;
+        }
         self.tx[dst].queue.push_back(id);
         self.queued += 1;
         if self.tx[dst].queue.len() == 1 {

@@ -853,6 +853,16 @@ pub unsafe extern "C" fn MPI_Test(
     })
 }
 
+/// The requests' ids (None for MPI_REQUEST_NULL), in one allocation of the right size (a
+/// collect through Result grows the vector by doubling: several reallocs per Waitall).
+fn req_ids(e: &Engine, hs: &[MPI_Request]) -> R<Vec<Option<usize>>> {
+    let mut ids = Vec::with_capacity(hs.len());
+    for &h in hs {
+        ids.push(req_id(e, h)?);
+    }
+    Ok(ids)
+}
+
 unsafe fn req_slice<'a>(count: c_int, reqs: *mut MPI_Request) -> R<&'a mut [MPI_Request]> {
     let n = usize::try_from(count)
         .map_err(|_| Fail(MPI_ERR_COUNT, format!("negative count {count}")))?;
@@ -873,7 +883,7 @@ pub unsafe extern "C" fn MPI_Waitall(
 ) -> c_int {
     call("MPI_Waitall", COMM_WORLD, |l| {
         let hs = req_slice(count, reqs)?;
-        let ids: Vec<Option<usize>> = hs.iter().map(|&h| req_id(&l.eng, h)).collect::<R<_>>()?;
+        let ids = req_ids(&l.eng, hs)?;
         // Done stays done until released: skip past finished requests once, not on every
         // poll (a window of n receives would cost n*n/2 checks).
         let mut pending = 0;
@@ -917,7 +927,7 @@ pub unsafe extern "C" fn MPI_Waitany(
         if index.is_null() {
             return Err(Fail(MPI_ERR_ARG, "null index pointer".into()));
         }
-        let ids: Vec<Option<usize>> = hs.iter().map(|&h| req_id(&l.eng, h)).collect::<R<_>>()?;
+        let ids = req_ids(&l.eng, hs)?;
         if ids.iter().all(Option::is_none) {
             *index = UNDEFINED;
             put_status(status, empty_status());
@@ -949,7 +959,7 @@ pub unsafe extern "C" fn MPI_Testall(
         if flag.is_null() {
             return Err(Fail(MPI_ERR_ARG, "null flag pointer".into()));
         }
-        let ids: Vec<Option<usize>> = hs.iter().map(|&h| req_id(&l.eng, h)).collect::<R<_>>()?;
+        let ids = req_ids(&l.eng, hs)?;
         l.eng.progress();
         l.eng.check_abort()?;
         if !ids.iter().flatten().all(|&i| l.eng.is_done(i)) {
