@@ -110,9 +110,11 @@ impl RuleTable {
             // the bytes through memory.
             let single_copy_threshold = match c {
                 Class::Core | Class::L2 => (l2 / 2).max(64 * KIB),
-                // Single copy is cooperative (both ranks copy chunks) and one copy beats two
-                // even while the data fits the shared L3 (measured from 32 KiB on, bench/msg).
-                Class::L3 => 32 * KIB,
+                // Where one copy through the shared L3 beats two depends on the machine: since
+                // small records cost one cache line, `huddle tune-msg` put the crossover at
+                // 128 KiB on an Intel VM and found none up to 4 MiB on an AMD Zen 5 VM (32 KiB
+                // there: 4.3 us by single copy, 1.1 us pipelined).
+                Class::L3 => 128 * KIB,
                 Class::Numa | Class::Remote => 64 * KIB,
             };
             rules.insert(
