@@ -45,23 +45,22 @@ fn alive(pid: i32) -> bool {
 
 #[test]
 fn the_programs_exit_status_is_returned() {
-    assert_eq!(
-        run(&["run", "--quiet", "--", "sh", "-c", "exit 3"])
-            .status
-            .code(),
-        Some(3)
-    );
-    assert_eq!(
-        run(&["run", "--quiet", "--", "true"]).status.code(),
-        Some(0)
-    );
     // Death by signal: 128 + signal, as a shell reports it.
-    assert_eq!(
-        run(&["run", "--quiet", "--", "sh", "-c", "kill -SEGV $$"])
-            .status
-            .code(),
-        Some(139)
-    );
+    for (cmd, want) in [
+        (&["sh", "-c", "exit 3"][..], 3),
+        (&["true"][..], 0),
+        (&["sh", "-c", "kill -SEGV $$"][..], 139),
+    ] {
+        let mut args = vec!["run", "--quiet", "--"];
+        args.extend_from_slice(cmd);
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(want),
+            "{cmd:?}; huddle's stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]

@@ -165,13 +165,18 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             let here = stat
                 .and_then(|s| os_to_slot.get(&s.processor).copied())
                 .unwrap_or(0);
-            let slot = pinned.get(&task.tid).copied().unwrap_or(here);
-            current.push(slot);
             let mut mask: Vec<usize> = actuate::get_affinity(task.tid)
                 .unwrap_or_default()
                 .iter()
                 .filter_map(|os| os_to_slot.get(os).copied())
                 .collect();
+            // A task pinned to one PU is there (or will be at its next wake-up), whatever CPU
+            // /proc says it last ran on: a sleeping task keeps reporting the old one.
+            let slot = match mask.as_slice() {
+                [only] => *only,
+                _ => pinned.get(&task.tid).copied().unwrap_or(here),
+            };
+            current.push(slot);
             if mask.is_empty() {
                 mask.push(slot);
             }
@@ -592,8 +597,18 @@ mod tests {
         };
         let data = manage(&mut obs, &target, comm_config(0.6));
         let aff = |k: usize| actuate::get_affinity(obs.children[k].id()).unwrap();
-        assert_eq!(aff(0), aff(2), "partners 0 and 2 share a PU");
-        assert_eq!(aff(1), aff(3), "partners 1 and 3 share a PU");
+        assert_eq!(
+            aff(0),
+            aff(2),
+            "partners 0 and 2 share a PU: {:?}",
+            data.decisions
+        );
+        assert_eq!(
+            aff(1),
+            aff(3),
+            "partners 1 and 3 share a PU: {:?}",
+            data.decisions
+        );
         assert_eq!(aff(0).len(), 1);
         let migrations: Vec<&Decision> = data
             .decisions
