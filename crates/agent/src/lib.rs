@@ -217,7 +217,7 @@ struct State {
     /// The part of total_pages in shared mappings.
     shared_pages: u64,
     excluded: [(u64, u64); 5],
-    maps: [u8; MAPS_BUF],
+    maps_buf: [u8; MAPS_BUF],
     /// Pages that faulted (private) or were found mapped again (shared) since re-armed.
     hot: [(u64, bool); HOT],
     nhot: usize,
@@ -226,6 +226,8 @@ struct State {
     probe: [u64; HOT],
     nprobe: usize,
     pagemap: c_int,
+    /// /proc/self/maps, kept open and re-read from offset 0 at each scan (see open_high).
+    maps: c_int,
     saved: [Saved; SAVED],
     /// SAVED pages that hold moved-out program pages (0: pages are saved by copy). Registered
     /// (missing mode) with our userfaultfd, because UFFDIO_MOVE wants its destination
@@ -536,6 +538,9 @@ extern "C" fn after_fork_child() {
             if (*old).pagemap >= 0 {
                 libc::close((*old).pagemap);
             }
+            if (*old).maps >= 0 {
+                libc::close((*old).maps);
+            }
             if !(*old).ring.is_null() {
                 libc::munmap((*old).ring as *mut c_void, ring::file_size());
             }
@@ -571,7 +576,10 @@ fn start() {
         }
         let st = p as *mut State;
         (*st).uffd = -1;
-        (*st).pagemap = -1;
+        // Opened here, in the thread that runs the constructor or the fork child handler,
+        // while the program's own code is not running: see open_high.
+        (*st).pagemap = open_high(c"/proc/self/pagemap");
+        (*st).maps = open_high(c"/proc/self/maps");
         (*st).page = libc::sysconf(libc::_SC_PAGESIZE) as u64;
         (*st).rate = env_f64("HUDDLE_AGENT_RATE", 0.01);
         (*st).floor = env_f64("HUDDLE_AGENT_FLOOR", 100.0);
@@ -667,6 +675,20 @@ unsafe fn own_mapping(size: usize) -> *mut c_void {
         c"huddle-agent".as_ptr() as c_ulong,
     );
     p
+}
+
+/// Opens `path` read-only on a descriptor >= 900. Only ever called before the program's own
+/// code runs (constructor, fork child handler): an open() takes the lowest free descriptor,
+/// and a helper thread opening files while the program redirects its stdio made the
+/// program's dup2() fail with EBUSY (MPICH's hydra launching ranks, seen in tests).
+unsafe fn open_high(path: &std::ffi::CStr) -> c_int {
+    let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return -1;
+    }
+    let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 900);
+    libc::close(fd);
+    high
 }
 
 /// Creates `DIR/agent-PID.ring` (0600, exclusive) and maps it.
@@ -1006,17 +1028,6 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
     unsafe {
         let st = &mut *(arg as *mut State);
         let view = helper_prologue(st);
-        st.pagemap = libc::open(
-            c"/proc/self/pagemap".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
-        if st.pagemap >= 0 {
-            let high = libc::fcntl(st.pagemap, libc::F_DUPFD_CLOEXEC, 900);
-            if high >= 0 {
-                libc::close(st.pagemap);
-                st.pagemap = high;
-            }
-        }
         let mut period = st.interval_ms as u64 * 1_000_000;
         let started = monotonic_ns();
         let (mut last, mut last_scan) = (started, 0);
@@ -1113,26 +1124,23 @@ unsafe fn scan_maps(st: &mut State, view: &RingView) {
     lock();
     st.scanned_changes = st.changes;
     unlock();
-    let fd = libc::open(
-        c"/proc/self/maps".as_ptr(),
-        libc::O_RDONLY | libc::O_CLOEXEC,
-    );
-    if fd < 0 {
+    if st.maps < 0 {
         return;
     }
+    // From offset 0 every time: /proc seq files regenerate their text when read from the start.
     let mut len = 0usize;
     while len < MAPS_BUF {
-        let n = libc::read(
-            fd,
-            st.maps.as_mut_ptr().add(len) as *mut c_void,
+        let n = libc::pread(
+            st.maps,
+            st.maps_buf.as_mut_ptr().add(len) as *mut c_void,
             MAPS_BUF - len,
+            len as libc::off_t,
         );
         if n <= 0 {
             break;
         }
         len += n as usize;
     }
-    libc::close(fd);
     let private_ok = st.uffd >= 0 && !YIELDED.load(Ordering::Acquire);
     st.nregions = 0;
     st.total_pages = 0;
@@ -1140,11 +1148,11 @@ unsafe fn scan_maps(st: &mut State, view: &RingView) {
     let (mut prev_end, mut prev_file) = (0u64, false);
     let mut pos = 0;
     while pos < len && st.nregions < MAX_REGIONS {
-        let line_end = st.maps[pos..len]
+        let line_end = st.maps_buf[pos..len]
             .iter()
             .position(|&c| c == b'\n')
             .map_or(len, |i| pos + i);
-        let line = &st.maps[pos..line_end];
+        let line = &st.maps_buf[pos..line_end];
         pos = line_end + 1;
         let mut fields = line.split(|&c| c == b' ').filter(|f| !f.is_empty());
         let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) = (
