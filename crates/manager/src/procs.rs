@@ -143,15 +143,19 @@ mod tests {
     #[test]
     fn finds_own_threads_and_children() {
         let me = std::process::id();
-        let before = threads(me).len();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s2 = stop.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
         let h = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
             while !s2.load(std::sync::atomic::Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
         });
-        assert!(threads(me).len() > before);
+        // By its id, not by a count: the other tests of this binary start and end threads too.
+        let tid = rx.recv().unwrap();
+        assert!(threads(me).contains(&tid), "thread {tid} not listed");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         h.join().unwrap();
 
