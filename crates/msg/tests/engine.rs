@@ -77,6 +77,16 @@ fn run(test: &str, job: JobSpec) -> launch::Outcome {
     .unwrap()
 }
 
+/// The job ended without a failure and every rank exited 0.
+fn assert_all_exited_0(out: &launch::Outcome) {
+    assert_eq!(out.failure, None);
+    assert!(
+        out.ends.iter().all(|e| *e == RankEnd::Exited(0)),
+        "{:?}",
+        out.ends
+    );
+}
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -226,12 +236,7 @@ fn every_transport_under_random_traffic() {
         return;
     }
     let out = run("every_transport_under_random_traffic", spec(4, false));
-    assert_eq!(out.failure, None);
-    assert!(
-        out.ends.iter().all(|e| *e == RankEnd::Exited(0)),
-        "{:?}",
-        out.ends
-    );
+    assert_all_exited_0(&out);
 }
 
 /// Payload of message `seq` from the stale-stamp test: at the start of each ring line after
@@ -300,12 +305,7 @@ fn payload_that_looks_like_a_stamp_is_never_taken_for_a_record() {
         "payload_that_looks_like_a_stamp_is_never_taken_for_a_record",
         spec(2, false),
     );
-    assert_eq!(out.failure, None);
-    assert!(
-        out.ends.iter().all(|e| *e == RankEnd::Exited(0)),
-        "{:?}",
-        out.ends
-    );
+    assert_all_exited_0(&out);
 }
 
 #[test]
@@ -340,12 +340,7 @@ fn oversubscribed_ranks_sleep_instead_of_spinning() {
         "oversubscribed_ranks_sleep_instead_of_spinning",
         spec(5, true),
     );
-    assert_eq!(out.failure, None);
-    assert!(
-        out.ends.iter().all(|e| *e == RankEnd::Exited(0)),
-        "{:?}",
-        out.ends
-    );
+    assert_all_exited_0(&out);
     assert!(start.elapsed() < Duration::from_secs(240));
 }
 
@@ -463,10 +458,5 @@ fn cooperative_single_copy() {
     // Both pairs remote: single copy from 1000 bytes.
     job.classes = vec![Class::Core, Class::Remote, Class::Remote, Class::Core];
     let out = run("cooperative_single_copy", job);
-    assert_eq!(out.failure, None);
-    assert!(
-        out.ends.iter().all(|e| *e == RankEnd::Exited(0)),
-        "{:?}",
-        out.ends
-    );
+    assert_all_exited_0(&out);
 }
