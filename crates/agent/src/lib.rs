@@ -13,12 +13,21 @@
 //!   with EFAULT. The agent registers these mappings with a userfaultfd (missing +
 //!   write-protect) and takes the page out without losing it: on Linux 6.8 and later it
 //!   moves the page itself into a vault of its own (UFFDIO_MOVE: no copy, and writers never
-//!   wait); before that (or with HUDDLE_AGENT_MOVE=0) it write-protects the page, copies it
-//!   aside (process_vm_readv), drops it (MADV_DONTNEED) and lifts the protection. The next
-//!   access by any task, read or write, from user code or inside a system call, is a
-//!   missing-page fault that the agent's fault thread resolves by putting the page back
-//!   (moved back, or UFFDIO_COPY), recording who touched it; pages never touched get the
-//!   zero page. At most 128 pages are out at a time; one untouched for 250 ms is put back.
+//!   wait); before that (or with HUDDLE_AGENT_MOVE=0) it write-protects the page, copies
+//!   it aside (process_vm_readv), drops it (MADV_DONTNEED) and lifts the protection. The next access by any task, read
+//!   or write, from user code or inside a system call, is a missing-page fault that the
+//!   agent's fault thread resolves by copying the page back (UFFDIO_COPY), recording who
+//!   touched it; pages never touched get the zero page. At most 128 pages are out at a
+//!   time; one untouched for 250 ms is put back.
+//!
+//!   Cost: taking a page out of a multithreaded process's page table means a TLB flush on
+//!   every CPU that runs it (an IPI; 9.4 us per page on the 2-core KVM guest, with another
+//!   thread of the process running). So the agent pays it only where it must: it copies
+//!   pages back (no flush; moving back cost another 9.4 us) and frees used vault pages
+//!   VAULT_CHUNK at a time, and it drops shared pages with one process_madvise per tick
+//!   (Linux 6.13 and later; page by page before). Moving runs of neighbouring pages in one
+//!   call would share the flush too (2.5 us per page in fours), but for the same budget it
+//!   samples a quarter as many places: ring x8 threads fell from r 0.98 to 0.88.
 //!
 //!   The program's own memory changes arrive as REMOVE/UNMAP/REMAP events, after or before
 //!   the change, while its other threads go on. So: events are read and handled under the
@@ -156,8 +165,24 @@ const DISCARD_QUARANTINE_NS: u64 = 1_000_000_000;
 const REMAPPED: usize = 64;
 
 /// Private pages dropped at a time (their contents wait here until the next access).
-/// Enough slots for a quarter second of the default floor (500 pages/s).
+/// Enough slots for a quarter second of 500 pages/s (the default floor is 300).
 const SAVED: usize = 128;
+/// The vault is used as a log: each page moved out goes to the next clean vault page and
+/// comes back by copy, and used vault pages are freed VAULT_CHUNK at a time (one madvise,
+/// one TLB flush, one REMOVE event), putting back first any page still saved there. At most
+/// VAULT_PAGES pages (1 MiB) of the vault are resident.
+const VAULT_PAGES: usize = 256;
+const VAULT_CHUNK: usize = 32;
+/// Random picks come from an index of the mapped pages built at each scan of the maps
+/// (runs of present pages), not from pagemap reads per draw: in sparse memory (malloc
+/// arenas, reserved thread stacks) a draw took up to 32 reads. Programs with more candidate
+/// pages than INDEX_MAX_PAGES, or more runs than PRESENT_RUNS, are drawn from per read.
+const PRESENT_RUNS: usize = 8192;
+const INDEX_MAX_PAGES: u64 = 1 << 18;
+/// Pagemap entries read per call while indexing.
+const PAGEMAP_CHUNK: usize = 512;
+/// Shared pages dropped per process_madvise call.
+const SHARED_BATCH: usize = 64;
 const PAGE: usize = 4096;
 /// How often the re-arm thread reads /proc/self/maps, and its longest sleep.
 const SCAN_NS: u64 = 100_000_000;
@@ -179,11 +204,9 @@ struct Saved {
     /// not the program discarding the page (the event is read, and the madvise returns,
     /// before the fault thread gets to handle it).
     own_remove: u64,
-    /// The page itself was moved into this slot's vault page (UFFDIO_MOVE); otherwise its
-    /// contents were copied into `data`.
-    moved: bool,
-    /// The vault page still holds a discarded page; the re-arm thread frees it.
-    vault_dirty: bool,
+    /// The vault page the page itself was moved to (UFFDIO_MOVE); 0: its contents were
+    /// copied into `data`.
+    vault_at: u64,
     data: [u8; PAGE],
 }
 
@@ -229,10 +252,26 @@ struct State {
     /// /proc/self/maps, kept open and re-read from offset 0 at each scan (see open_high).
     maps: c_int,
     saved: [Saved; SAVED],
-    /// SAVED pages that hold moved-out program pages (0: pages are saved by copy). Registered
+    /// VAULT_PAGES pages that hold moved-out program pages (0: pages are saved by copy). Registered
     /// (missing mode) with our userfaultfd, because UFFDIO_MOVE wants its destination
     /// registered; nobody ever touches this memory.
     vault: u64,
+    /// Vault pages used so far, and the count up to which they are clean (both only grow;
+    /// page k is vault + (k % VAULT_PAGES) * PAGE): [vault_next, vault_clean_end) are free.
+    vault_next: u64,
+    vault_clean_end: u64,
+    /// A pidfd of this process for process_madvise (-1: none, madvise page by page).
+    pidfd: c_int,
+    /// Present pages at the last scan: (first page of a run, pages in the runs before it,
+    /// shared); `indexed` false when the index is not usable (see PRESENT_RUNS).
+    present_runs: [(u64, u64, bool); PRESENT_RUNS],
+    npresent_runs: usize,
+    present_pages: u64,
+    indexed: bool,
+    pagemap_buf: [u64; PAGEMAP_CHUNK],
+    /// Shared pages to drop at the end of this tick.
+    shared_batch: [u64; SHARED_BATCH],
+    nshared_batch: usize,
     /// Ranges the program discarded lately (start, end, when): not dropped for a while.
     discarded: [(u64, u64, u64); DISCARDED],
     discarded_next: usize,
@@ -378,33 +417,19 @@ unsafe fn quiesce() {
 /// (the program is changing its mappings; an event is pending): the slot is kept and the
 /// caller retries later, never spinning with the lock held.
 unsafe fn restore(st: &mut State, i: usize) -> bool {
-    let addr = st.saved[i].addr;
-    if st.saved[i].moved {
-        let mut mv = UffdioMove {
-            dst: addr,
-            src: vault_page(st, i),
-            len: PAGE as u64,
-            mode: 0,
-            moved: 0,
-        };
-        if uffd_ioctl(st.uffd, UFFDIO_MOVE, &mut mv as *mut _ as *mut c_void) == 0 {
-            st.saved[i].moved = false;
-        } else if errno() == libc::EAGAIN {
-            return false;
-        } else {
-            // Refused (a move wants equal protections: the program may have made the range
-            // read-only): copy it back instead. Or the range is gone, and the page with it.
-            if !copy_back(st, addr, vault_page(st, i)) && errno() == libc::EAGAIN {
-                return false;
-            }
-            discard(st, i);
-        }
-    } else if !copy_back(st, addr, st.saved[i].data.as_ptr() as u64) && errno() == libc::EAGAIN {
+    let src = match st.saved[i].vault_at {
+        0 => st.saved[i].data.as_ptr() as u64,
+        at => at,
+    };
+    // A copy, not a move back: moving would clear the vault's entry and flush the TLB.
+    if !copy_back(st, st.saved[i].addr, src) && errno() == libc::EAGAIN {
         return false;
     }
-    // Put back (the move or copy woke any thread waiting there), or EEXIST (already back),
-    // or the range is gone (a waiter is woken by the fault handler): the slot is done.
+    // Put back (the copy woke any thread waiting there), or EEXIST (already back), or the
+    // range is gone (a waiter is woken by the fault handler): the slot is done. Its vault
+    // page is freed with its chunk.
     st.saved[i].addr = 0;
+    st.saved[i].vault_at = 0;
     true
 }
 
@@ -453,43 +478,42 @@ unsafe fn copy_back(st: &State, dst: u64, src: u64) -> bool {
         || errno() == libc::EEXIST
 }
 
-fn vault_page(st: &State, i: usize) -> u64 {
-    st.vault + (i * PAGE) as u64
-}
-
-/// Forgets slot `i`'s page (the program discarded or unmapped it). A moved page stays in
-/// the vault until the re-arm thread frees it: freeing raises a REMOVE event, which the
-/// fault thread (the caller here) would have to read itself.
+/// Forgets slot `i`'s page (the program discarded or unmapped it). A vault page stays
+/// until its chunk is freed: freeing raises a REMOVE event, which the fault thread (the
+/// caller here) would have to read itself.
 fn discard(st: &mut State, i: usize) {
-    if st.saved[i].moved {
-        st.saved[i].vault_dirty = true;
-        st.saved[i].moved = false;
-    }
     st.saved[i].addr = 0;
+    st.saved[i].vault_at = 0;
 }
 
-/// Frees the vault pages of discarded slots (re-arm thread, without the lock held across
-/// the madvise: its REMOVE event is read by the fault thread).
-unsafe fn clean_vault(st: &mut State) {
-    for i in 0..SAVED {
+/// Makes a clean vault page ready at the cursor (re-arm thread, lock not held across the
+/// madvise: its REMOVE event is read by the fault thread). False when a page still saved in
+/// the chunk to free could not be put back yet (EAGAIN): nothing is moved this time.
+unsafe fn prepare_vault(st: &mut State) -> bool {
+    let v = VAULT_PAGES as u64;
+    if st.vault_next == st.vault_clean_end {
+        let lo = st.vault + (st.vault_clean_end % v) * PAGE as u64;
+        let hi = lo + (VAULT_CHUNK * PAGE) as u64;
         lock();
-        let dirty = st.saved[i].vault_dirty;
-        unlock();
-        if dirty {
-            libc::madvise(vault_page(st, i) as *mut c_void, PAGE, libc::MADV_DONTNEED);
-            lock();
-            st.saved[i].vault_dirty = false;
-            unlock();
+        for i in 0..SAVED {
+            let at = st.saved[i].vault_at;
+            if st.saved[i].addr != 0 && lo <= at && at < hi && !restore(st, i) {
+                unlock();
+                return false;
+            }
         }
+        unlock();
+        libc::madvise(lo as *mut c_void, VAULT_CHUNK * PAGE, libc::MADV_DONTNEED);
+        st.vault_clean_end += VAULT_CHUNK as u64;
     }
+    true
 }
 
-/// A free slot: no page, no REMOVE event of ours still to come for it, and an empty vault
-/// page.
+/// A free slot: no page, and no REMOVE event of ours still to come for it.
 fn free_slot(st: &State) -> Option<usize> {
     st.saved
         .iter()
-        .position(|x| x.addr == 0 && x.own_remove == 0 && !x.vault_dirty)
+        .position(|x| x.addr == 0 && x.own_remove == 0)
 }
 
 /// Remembers a range the program discarded (caller holds the lock).
@@ -533,7 +557,10 @@ extern "C" fn after_fork_child() {
                 libc::close((*old).uffd);
             }
             if (*old).vault != 0 {
-                libc::munmap((*old).vault as *mut c_void, SAVED * PAGE);
+                libc::munmap((*old).vault as *mut c_void, VAULT_PAGES * PAGE);
+            }
+            if (*old).pidfd >= 0 {
+                libc::close((*old).pidfd);
             }
             if (*old).pagemap >= 0 {
                 libc::close((*old).pagemap);
@@ -580,6 +607,7 @@ fn start() {
         // while the program's own code is not running: see open_high.
         (*st).pagemap = open_high(c"/proc/self/pagemap");
         (*st).maps = open_high(c"/proc/self/maps");
+        (*st).pidfd = open_pidfd();
         (*st).page = libc::sysconf(libc::_SC_PAGESIZE) as u64;
         (*st).rate = env_f64("HUDDLE_AGENT_RATE", 0.01);
         (*st).floor = env_f64("HUDDLE_AGENT_FLOOR", 100.0);
@@ -629,7 +657,7 @@ fn start() {
             (*st).excluded[2 + k] = (*stack as u64, *stack as u64 + HELPER_STACK as u64);
         }
         if (*st).vault != 0 {
-            (*st).excluded[4] = ((*st).vault, (*st).vault + (SAVED * PAGE) as u64);
+            (*st).excluded[4] = ((*st).vault, (*st).vault + (VAULT_PAGES * PAGE) as u64);
         }
         let mains: [extern "C" fn(*mut c_void) -> *mut c_void; 2] = [fault_main, rearm_main];
         for (stack, main) in stacks.into_iter().zip(mains) {
@@ -683,6 +711,17 @@ unsafe fn own_mapping(size: usize) -> *mut c_void {
 /// program's dup2() fail with EBUSY (MPICH's hydra launching ranks, seen in tests).
 unsafe fn open_high(path: &std::ffi::CStr) -> c_int {
     let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return -1;
+    }
+    let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 900);
+    libc::close(fd);
+    high
+}
+
+/// A pidfd of this process on a descriptor >= 900 (see open_high), for process_madvise.
+unsafe fn open_pidfd() -> c_int {
+    let fd = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as c_int;
     if fd < 0 {
         return -1;
     }
@@ -773,14 +812,14 @@ unsafe fn open_uffd(with_move: bool) -> Result<c_int, i32> {
 /// Sets up the vault for dropping pages by moving them (UFFDIO_MOVE, Linux 6.8): no copy
 /// and no write-protect window. Without it, pages are saved by copy.
 unsafe fn open_vault(st: *mut State) {
-    let vault = own_mapping(SAVED * PAGE);
+    let vault = own_mapping(VAULT_PAGES * PAGE);
     if vault.is_null() {
         return;
     }
     let mut reg = UffdioRegister {
         range: UffdioRange {
             start: vault as u64,
-            len: (SAVED * PAGE) as u64,
+            len: (VAULT_PAGES * PAGE) as u64,
         },
         mode: UFFDIO_REGISTER_MODE_MISSING,
         ioctls: 0,
@@ -791,10 +830,11 @@ unsafe fn open_vault(st: *mut State) {
         &mut reg as *mut _ as *mut c_void,
     ) != 0
     {
-        libc::munmap(vault, SAVED * PAGE);
+        libc::munmap(vault, VAULT_PAGES * PAGE);
         return;
     }
     (*st).vault = vault as u64;
+    (*st).vault_clean_end = VAULT_PAGES as u64;
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -976,8 +1016,8 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
         }
         UFFD_EVENT_REMOVE | UFFD_EVENT_UNMAP => {
             // The program discarded [a0, a1): its dropped pages there must stay discarded.
-            if st.vault != 0 && m.a0 >= st.vault && m.a1 <= vault_page(st, SAVED) {
-                return true; // clean_vault's own
+            if st.vault != 0 && m.a0 >= st.vault && m.a1 <= st.vault + (VAULT_PAGES * PAGE) as u64 {
+                return true; // prepare_vault's own
             }
             let own = st
                 .saved
@@ -1058,7 +1098,6 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             tick += 1;
             view.header().ticks.fetch_add(1, Ordering::Relaxed);
             expire(st, now);
-            clean_vault(st);
             let dt = (now - last) as f64 / 1e9;
             last = now;
             // The floor is program-wide: the detector divides it among the live agents.
@@ -1087,6 +1126,7 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             let hot = if st.nhot > 0 { (n + tick % 2) / 2 } else { 0 };
             rearm_hot(st, &view, hot);
             rearm(st, &view, n - hot);
+            flush_shared(st, &view);
             view.header()
                 .rearm_cpu_ns
                 .store(thread_cpu_ns(), Ordering::Relaxed);
@@ -1246,6 +1286,66 @@ unsafe fn scan_maps(st: &mut State, view: &RingView) {
     view.header()
         .candidate_pages
         .store(st.total_pages, Ordering::Relaxed);
+    index_present(st);
+}
+
+/// Builds the index of present pages (see PRESENT_RUNS).
+unsafe fn index_present(st: &mut State) {
+    st.indexed = false;
+    st.npresent_runs = 0;
+    st.present_pages = 0;
+    if st.pagemap < 0 || st.total_pages > INDEX_MAX_PAGES {
+        return;
+    }
+    for k in 0..st.nregions {
+        let r = st.regions[k];
+        let mut page = r.start;
+        let mut in_run = false;
+        while page < r.end {
+            let want = (((r.end - page) / st.page) as usize).min(PAGEMAP_CHUNK);
+            let off = (page / st.page * 8) as libc::off_t;
+            let got = libc::pread(
+                st.pagemap,
+                st.pagemap_buf.as_mut_ptr() as *mut c_void,
+                want * 8,
+                off,
+            );
+            if got != (want * 8) as isize {
+                return;
+            }
+            for j in 0..want {
+                if st.pagemap_buf[j] >> 63 == 0 {
+                    in_run = false;
+                    continue;
+                }
+                if !in_run {
+                    if st.npresent_runs == PRESENT_RUNS {
+                        return;
+                    }
+                    st.present_runs[st.npresent_runs] =
+                        (page + j as u64 * st.page, st.present_pages, r.shared);
+                    st.npresent_runs += 1;
+                    in_run = true;
+                }
+                st.present_pages += 1;
+            }
+            page += want as u64 * st.page;
+        }
+    }
+    st.indexed = true;
+}
+
+/// A uniformly random page of the present-page index: (address, shared).
+fn pick_indexed(st: &mut State) -> Option<(u64, bool)> {
+    if st.present_pages == 0 {
+        return None;
+    }
+    let k = next_rand(st) % st.present_pages;
+    let runs = &st.present_runs[..st.npresent_runs];
+    // The last run that starts at or before the k-th present page.
+    let i = runs.partition_point(|&(_, before, _)| before <= k) - 1;
+    let (first, before, shared) = runs[i];
+    Some((first + (k - before) * st.page, shared))
 }
 
 fn next_rand(st: &mut State) -> u64 {
@@ -1302,7 +1402,70 @@ unsafe fn rearm_hot(st: &mut State, view: &RingView, n: u64) {
 
 unsafe fn rearm_page(st: &mut State, view: &RingView, addr: u64, shared: bool) {
     if shared {
-        if libc::madvise(addr as *mut c_void, st.page as usize, libc::MADV_DONTNEED) == 0 {
+        st.shared_batch[st.nshared_batch] = addr;
+        st.nshared_batch += 1;
+        if st.nshared_batch == SHARED_BATCH {
+            flush_shared(st, view);
+        }
+    } else if st.vault != 0 {
+        drop_by_move(st, view, addr);
+    } else {
+        drop_private(st, view, addr);
+    }
+}
+
+/// Drops this tick's shared pages: MADV_DONTNEED drops the page-table entries only (the
+/// data stays in the page cache / shmem), all in one process_madvise, so one TLB flush.
+unsafe fn flush_shared(st: &mut State, view: &RingView) {
+    // Only pages that are still mapped shared or from a file (pagemap bits 63 and 61): the
+    // candidate list is up to a second old, and MADV_DONTNEED on private memory the program
+    // mapped at the same address since would discard its data.
+    let mut n = 0;
+    for k in 0..st.nshared_batch {
+        let addr = st.shared_batch[k];
+        let mut entry: u64 = 0;
+        let off = (addr / st.page * 8) as libc::off_t;
+        let read = libc::pread(st.pagemap, &mut entry as *mut u64 as *mut c_void, 8, off);
+        if read == 8 && entry >> 63 == 1 && (entry >> 61) & 1 == 1 {
+            st.shared_batch[n] = addr;
+            n += 1;
+        }
+    }
+    st.nshared_batch = 0;
+    if n == 0 {
+        return;
+    }
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; SHARED_BATCH];
+    for (v, &addr) in iov.iter_mut().zip(&st.shared_batch[..n]) {
+        *v = libc::iovec {
+            iov_base: addr as *mut c_void,
+            iov_len: st.page as usize,
+        };
+    }
+    let all = (n as u64 * st.page) as isize;
+    let batched = st.pidfd >= 0
+        && libc::syscall(
+            libc::SYS_process_madvise,
+            st.pidfd,
+            iov.as_ptr(),
+            n,
+            libc::MADV_DONTNEED,
+            0,
+        ) as isize
+            == all;
+    if !batched && st.pidfd >= 0 && errno() == libc::EINVAL {
+        // Before Linux 6.13 process_madvise refuses MADV_DONTNEED: page by page from now on.
+        libc::close(st.pidfd);
+        st.pidfd = -1;
+    }
+    for k in 0..n {
+        let addr = st.shared_batch[k];
+        // After a partial or failed batch, page by page (dropping a page twice is harmless).
+        if batched || libc::madvise(addr as *mut c_void, st.page as usize, libc::MADV_DONTNEED) == 0
+        {
             view.header().rearmed_shared.fetch_add(1, Ordering::Relaxed);
             if st.nprobe < HOT {
                 st.probe[st.nprobe] = addr;
@@ -1311,8 +1474,6 @@ unsafe fn rearm_page(st: &mut State, view: &RingView, addr: u64, shared: bool) {
         } else {
             view.header().errors.fetch_add(1, Ordering::Relaxed);
         }
-    } else {
-        drop_private(st, view, addr);
     }
 }
 
@@ -1339,10 +1500,6 @@ unsafe fn drop_private(st: &mut State, view: &RingView, page: u64) {
     }
     if st.changes != st.scanned_changes || recently_discarded(st, page) {
         unlock();
-        return;
-    }
-    if st.vault != 0 {
-        drop_by_move(st, view, page, i);
         return;
     }
     DROPPING.store(page, Ordering::SeqCst);
@@ -1424,31 +1581,6 @@ unsafe fn drop_private(st: &mut State, view: &RingView, page: u64) {
     }
 }
 
-/// Drops `page` by moving it into vault slot `i`. Called with the lock held, and keeps it
-/// across the move: the fault thread reads events only under the lock, so an event of the
-/// program about this page is either handled already (the range is then in quarantine and
-/// skipped) or still unread, and then the kernel refuses the move (EAGAIN). Either way the
-/// page moved is one of a mapping registered with us, whose next access faults to us.
-unsafe fn drop_by_move(st: &mut State, view: &RingView, page: u64, i: usize) {
-    let mut mv = UffdioMove {
-        dst: vault_page(st, i),
-        src: page,
-        len: PAGE as u64,
-        mode: UFFDIO_MOVE_MODE_DONTWAKE,
-        moved: 0,
-    };
-    // EBUSY for a page shared with a forked child or pinned: left where it is, as on any error.
-    if uffd_ioctl(st.uffd, UFFDIO_MOVE, &mut mv as *mut _ as *mut c_void) == 0 {
-        st.saved[i].addr = page;
-        st.saved[i].since = monotonic_ns();
-        st.saved[i].moved = true;
-        view.header()
-            .rearmed_private
-            .fetch_add(1, Ordering::Relaxed);
-    }
-    unlock();
-}
-
 /// Whether `page` is mapped now (pagemap bit 63). Re-arming an unmapped page does nothing,
 /// so samples go to pages in use, as CDSM's walk of the present page-table entries does.
 unsafe fn present(st: &State, page: u64) -> bool {
@@ -1460,12 +1592,65 @@ unsafe fn present(st: &State, page: u64) -> bool {
     libc::pread(st.pagemap, &mut entry as *mut u64 as *mut c_void, 8, off) == 8 && entry >> 63 == 1
 }
 
-/// Re-arms `n` random eligible pages that are mapped (up to 32 draws each).
+/// Drops `page` by moving it into the vault. The lock is held across the move: the fault
+/// thread reads events only under the lock, so an event of the program about this page is
+/// either handled already (the range is then in quarantine and skipped) or still unread,
+/// and then the kernel refuses the move (EAGAIN). Either way the page moved is in a
+/// mapping registered with us, whose next access faults to us.
+unsafe fn drop_by_move(st: &mut State, view: &RingView, page: u64) {
+    if st.page as usize != PAGE || st.uffd < 0 || !prepare_vault(st) {
+        return;
+    }
+    lock();
+    let slot = free_slot(st);
+    let (Some(i), false) = (
+        slot,
+        HOLD.load(Ordering::Acquire)
+            || YIELDED.load(Ordering::Acquire)
+            || st.changes != st.scanned_changes
+            || recently_discarded(st, page)
+            || st.saved.iter().any(|x| x.addr == page),
+    ) else {
+        unlock();
+        return;
+    };
+    let dst = st.vault + (st.vault_next % VAULT_PAGES as u64) * PAGE as u64;
+    let mut mv = UffdioMove {
+        dst,
+        src: page,
+        len: PAGE as u64,
+        mode: UFFDIO_MOVE_MODE_DONTWAKE,
+        moved: 0,
+    };
+    // EBUSY for a page shared with a forked child or pinned, ENOENT for one unmapped since
+    // the index was built: left where it is, as on any error.
+    if uffd_ioctl(st.uffd, UFFDIO_MOVE, &mut mv as *mut _ as *mut c_void) == 0 {
+        st.saved[i].addr = page;
+        st.saved[i].since = monotonic_ns();
+        st.saved[i].vault_at = dst;
+        view.header()
+            .rearmed_private
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    // After a failure the vault page may not be clean: skipped until its chunk is freed.
+    st.vault_next += 1;
+    unlock();
+}
+
+/// Re-arms `n` random eligible pages that are mapped: from the present-page index, or
+/// (without one) by drawing candidate pages until one is mapped (up to 32 draws each).
 unsafe fn rearm(st: &mut State, view: &RingView, n: u64) {
     if st.total_pages == 0 {
         return;
     }
     for _ in 0..n {
+        if st.indexed {
+            match pick_indexed(st) {
+                Some((addr, shared)) => rearm_page(st, view, addr, shared),
+                None => return,
+            }
+            continue;
+        }
         for _ in 0..32 {
             let mut k = next_rand(st) % st.total_pages;
             let mut chosen = None;

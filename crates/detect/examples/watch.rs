@@ -10,7 +10,7 @@ fn main() {
         cfg.agent = Some(AgentConfig {
             library: agent.into(),
             rearm_rate: 0.01,
-            rearm_floor: 500,
+            rearm_floor: detect::DEFAULT_REARM_FLOOR,
             interval_ms: 10,
             private_memory: true,
         });
