@@ -14,10 +14,10 @@
 //!   write-protect) and takes the page out without losing it: on Linux 6.8 and later it
 //!   moves the page itself into a vault of its own (UFFDIO_MOVE: no copy, and writers never
 //!   wait); before that (or with HUDDLE_AGENT_MOVE=0) it write-protects the page, copies
-//!   it aside (process_vm_readv), drops it (MADV_DONTNEED) and lifts the protection. The next access by any task, read
-//!   or write, from user code or inside a system call, is a missing-page fault that the
-//!   agent's fault thread resolves by copying the page back (UFFDIO_COPY), recording who
-//!   touched it; pages never touched get the zero page. At most 128 pages are out at a
+//!   it aside (process_vm_readv), drops it (MADV_DONTNEED) and lifts the protection. The
+//!   next access by any task, read or write, from user code or inside a system call, is a
+//!   missing-page fault that the agent's fault thread resolves by copying the page back
+//!   (UFFDIO_COPY), recording who touched it; pages never touched get the zero page. At most 128 pages are out at a
 //!   time; one untouched for 250 ms is put back.
 //!
 //!   Cost: taking a page out of a multithreaded process's page table means a TLB flush on
@@ -252,9 +252,9 @@ struct State {
     /// /proc/self/maps, kept open and re-read from offset 0 at each scan (see open_high).
     maps: c_int,
     saved: [Saved; SAVED],
-    /// VAULT_PAGES pages that hold moved-out program pages (0: pages are saved by copy). Registered
-    /// (missing mode) with our userfaultfd, because UFFDIO_MOVE wants its destination
-    /// registered; nobody ever touches this memory.
+    /// VAULT_PAGES pages that hold moved-out program pages (0: pages are saved by copy).
+    /// Registered (missing mode) with our userfaultfd, because UFFDIO_MOVE wants its
+    /// destination registered; the program never touches this memory.
     vault: u64,
     /// Vault pages used so far, and the count up to which they are clean (both only grow;
     /// page k is vault + (k % VAULT_PAGES) * PAGE): [vault_next, vault_clean_end) are free.
