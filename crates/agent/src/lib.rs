@@ -1314,7 +1314,7 @@ unsafe fn index_present(st: &mut State) {
                 return;
             }
             for j in 0..want {
-                if st.pagemap_buf[j] >> 63 == 0 {
+                if st.pagemap_buf[j] & PM_PRESENT == 0 {
                     in_run = false;
                     continue;
                 }
@@ -1366,11 +1366,7 @@ unsafe fn check_probes(st: &mut State) {
     }
     for i in 0..st.nprobe {
         let page = st.probe[i];
-        let mut entry: u64 = 0;
-        let off = (page / st.page * 8) as libc::off_t;
-        if libc::pread(st.pagemap, &mut entry as *mut u64 as *mut c_void, 8, off) == 8
-            && entry >> 63 == 1
-        {
+        if pagemap_entry(st, page).is_some_and(|e| e & PM_PRESENT != 0) {
             lock();
             st.add_hot(page, true);
             unlock();
@@ -1423,10 +1419,8 @@ unsafe fn flush_shared(st: &mut State, view: &RingView) {
     let mut n = 0;
     for k in 0..st.nshared_batch {
         let addr = st.shared_batch[k];
-        let mut entry: u64 = 0;
-        let off = (addr / st.page * 8) as libc::off_t;
-        let read = libc::pread(st.pagemap, &mut entry as *mut u64 as *mut c_void, 8, off);
-        if read == 8 && entry >> 63 == 1 && (entry >> 61) & 1 == 1 {
+        let shared = PM_PRESENT | PM_FILE_OR_SHARED;
+        if pagemap_entry(st, addr).is_some_and(|e| e & shared == shared) {
             st.shared_batch[n] = addr;
             n += 1;
         }
@@ -1587,9 +1581,19 @@ unsafe fn present(st: &State, page: u64) -> bool {
     if st.pagemap < 0 {
         return true;
     }
+    pagemap_entry(st, page).is_some_and(|e| e & PM_PRESENT != 0)
+}
+
+/// /proc/self/pagemap bits: the page is mapped; it is a file page or shared anonymous.
+const PM_PRESENT: u64 = 1 << 63;
+const PM_FILE_OR_SHARED: u64 = 1 << 61;
+
+/// The pagemap entry of `page` (None when it cannot be read).
+unsafe fn pagemap_entry(st: &State, page: u64) -> Option<u64> {
     let mut entry: u64 = 0;
     let off = (page / st.page * 8) as libc::off_t;
-    libc::pread(st.pagemap, &mut entry as *mut u64 as *mut c_void, 8, off) == 8 && entry >> 63 == 1
+    let read = libc::pread(st.pagemap, &mut entry as *mut u64 as *mut c_void, 8, off);
+    (read == 8).then_some(entry)
 }
 
 /// Drops `page` by moving it into the vault. The lock is held across the move: the fault
