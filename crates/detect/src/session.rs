@@ -35,7 +35,7 @@ pub enum Granularity {
 /// Default re-arm budget: CDSM's 1 % of the program's pages per second...
 pub const DEFAULT_REARM_RATE: f64 = 0.01;
 /// ... but at least this many pages per second. On the 2-core VM, 300 kept every
-/// communicating pattern at 8 tasks at r >= 0.95 and put the steady detection CPU of ring
+/// communicating pattern at 8 tasks at r >= 0.93 and put the steady detection CPU of ring
 /// x2/x8 under 1 % (500: 1.1-1.4 % for threads); the phase-change delay was as noisy at 300
 /// as at 500 (medians 0.4-1.0 s over 7 runs each).
 pub const DEFAULT_REARM_FLOOR: u32 = 300;
