@@ -6,7 +6,8 @@
 //! therefore crosses each package link once per message (not once per rank), and large
 //! messages are cut in segments that flow down (Bcast) or up (Reduce) the tree in a
 //! pipeline. Alltoall is a pairwise exchange with one send and one receive in flight per rank,
-//! so a package link carries at most one message per rank at a time.
+//! so a package link carries at most one message per rank at a time. Large Allreduce runs
+//! around a ring of the ranks in machine order (reduce-scatter, then allgather).
 
 use crate::engine::{Engine, Status};
 use crate::ops::{self, Op, Type};
@@ -29,6 +30,8 @@ const TAG_ALLTOALL: i32 = 6;
 const TAG_ALLREDUCE: i32 = 7;
 /// Allreduce up to this size uses recursive doubling (latency-bound) on power-of-two sizes.
 const ALLREDUCE_SMALL: usize = 2048;
+/// Allreduce from this size on is a ring reduce-scatter + allgather (bandwidth-bound).
+const ALLREDUCE_RING: usize = 64 * 1024;
 
 /// One communicator as seen by this rank.
 pub struct Comm {
@@ -83,6 +86,14 @@ impl Comm {
 
     fn coll(&self) -> u32 {
         self.ctx + 1
+    }
+
+    /// The members in machine order (package, NUMA node, L3, L2, core, then rank): ring
+    /// neighbours share the deepest cache they can, and the ring crosses each boundary twice.
+    fn ring(&self, e: &Engine) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.size()).collect();
+        order.sort_by_key(|&r| (e.keys(self.ranks[r]), r));
+        order
     }
 }
 
@@ -253,8 +264,9 @@ pub fn reduce(
 }
 
 /// Small messages on power-of-two communicators: recursive doubling, whose first steps pair
-/// neighbouring ranks (the nearest PUs under compact placement). Otherwise reduce to rank 0
-/// then broadcast, both along the topology tree and pipelined.
+/// neighbouring ranks (the nearest PUs under compact placement). Large ones: the ring of
+/// `ring_allreduce`. In between, reduce to rank 0 then broadcast, both along the topology
+/// tree and pipelined.
 pub fn allreduce(
     e: &mut Engine,
     c: &mut Comm,
@@ -295,8 +307,120 @@ pub fn allreduce(
         }
         return Ok(());
     }
+    if n > 1 && acc.len() >= ALLREDUCE_RING {
+        // Safety: no separate send buffer.
+        return unsafe { ring_allreduce(e, c, None, acc, ty, op) };
+    }
     reduce(e, c, acc, ty, op, 0)?;
     bcast(e, c, acc, 0)
+}
+
+/// Allreduce of `send` (acc.len() bytes) into `acc`, saving the ring the copy of `send`
+/// into `acc` first.
+///
+/// # Safety
+/// `send` must hold acc.len() bytes and not overlap `acc`.
+pub unsafe fn allreduce_from(
+    e: &mut Engine,
+    c: &mut Comm,
+    send: *const u8,
+    acc: &mut [u8],
+    ty: Type,
+    op: Op,
+) -> Result<(), MsgError> {
+    if c.size() > 1 && acc.len() >= ALLREDUCE_RING {
+        return unsafe { ring_allreduce(e, c, Some(send), acc, ty, op) };
+    }
+    unsafe { std::ptr::copy_nonoverlapping(send, acc.as_mut_ptr(), acc.len()) };
+    allreduce(e, c, acc, ty, op)
+}
+
+/// Large vectors: a reduce-scatter then an allgather around `Comm::ring`. Every rank sends
+/// and receives 2(n-1)/n of the vector and reduces (n-1)/n of it, all ranks at once, where
+/// reducing to a root and broadcasting passes the whole vector through the root twice and
+/// leaves the others idle. Each block is reduced by one rank only, so every rank ends with
+/// the same bits. With a separate `send` buffer, blocks arrive straight in `acc` and are
+/// reduced with `send` there (no copy of the vector first, no scratch block).
+///
+/// # Safety
+/// `send`, if given, must hold acc.len() bytes and not overlap `acc`.
+unsafe fn ring_allreduce(
+    e: &mut Engine,
+    c: &mut Comm,
+    send: Option<*const u8>,
+    acc: &mut [u8],
+    ty: Type,
+    op: Op,
+) -> Result<(), MsgError> {
+    let n = c.size();
+    let unit = ty.size();
+    let elems = acc.len() / unit;
+    let block = |b: usize| (b * elems / n * unit)..((b + 1) * elems / n * unit);
+    let order = c.ring(e);
+    let pos = order
+        .iter()
+        .position(|&r| r == c.me)
+        .expect("member of its ring");
+    let next = c.ranks[order[(pos + 1) % n]];
+    let prev = c.ranks[order[(pos + n - 1) % n]] as i32;
+    let ctx = c.coll();
+    // In place, a received block needs room of its own until it is reduced into acc.
+    let mut theirs: Vec<u8> = match send {
+        Some(_) => Vec::new(),
+        None => Vec::with_capacity(elems.div_ceil(n) * unit),
+    };
+    // One step: send block `out` (from `from`), receive block `inb`. Every rank receives at
+    // every step, so single copies are left to the receivers (isend_solo).
+    let exchange = |e: &mut Engine, from: *const u8, out: usize, into: *mut u8, inb: usize| {
+        let (s, r) = (block(out), block(inb));
+        // Safety: both buffers outlive the two requests, which are waited for here; the
+        // blocks sent and received are disjoint.
+        let ids = unsafe {
+            [
+                e.irecv(into, r.len() as u64, prev, ctx, TAG_ALLREDUCE, None),
+                e.isend_solo(from.add(s.start), s.len() as u64, next, ctx, TAG_ALLREDUCE),
+            ]
+        };
+        let got = (e.wait(ids[0])?.bytes as usize).min(r.len());
+        e.wait(ids[1])?;
+        Ok::<usize, MsgError>(got)
+    };
+    let base = acc.as_mut_ptr();
+    // Reduce-scatter: at step k block pos-k goes out (at k = 0 this rank's own data) and
+    // block pos-k-1 comes in and takes this rank's contribution; at the end block pos+1 is
+    // complete here.
+    for k in 0..n - 1 {
+        let (out, inb) = ((pos + n - k) % n, (pos + 2 * n - k - 1) % n);
+        let r = block(inb);
+        let from = match send {
+            Some(p) if k == 0 => p,
+            _ => base as *const u8,
+        };
+        match send {
+            Some(own) => {
+                exchange(e, from, out, unsafe { base.add(r.start) }, inb)?;
+                // Safety: `own` holds acc.len() bytes (caller).
+                let mine = unsafe { std::slice::from_raw_parts(own.add(r.start), r.len()) };
+                ops::reduce(op, ty, &mut acc[r], mine);
+            }
+            None => {
+                let got = exchange(e, from, out, theirs.as_mut_ptr(), inb)?;
+                // A shorter block only comes from ranks passing different counts
+                // (erroneous): the rest is zeroed rather than read uninitialised.
+                unsafe { std::ptr::write_bytes(theirs.as_mut_ptr().add(got), 0, r.len() - got) };
+                // Safety: all r.len() bytes are written now.
+                let got = unsafe { std::slice::from_raw_parts(theirs.as_ptr(), r.len()) };
+                ops::reduce(op, ty, &mut acc[r], got);
+            }
+        }
+    }
+    // Allgather: pass the complete blocks on around the ring.
+    for k in 0..n - 1 {
+        let (out, inb) = ((pos + 1 + n - k) % n, (pos + n - k) % n);
+        let at = block(inb).start;
+        exchange(e, base as *const u8, out, unsafe { base.add(at) }, inb)?;
+    }
+    Ok(())
 }
 
 /// Gather to rank 0 up the topology tree, release down it.
@@ -425,7 +549,7 @@ pub unsafe fn alltoallv(
 ) -> Result<(), MsgError> {
     let n = c.size();
     let me = c.me;
-    unsafe {
+    let own_block = || unsafe {
         std::ptr::copy(
             send.add(sdispl[me]),
             recv.add(rdispl[me]),
@@ -434,6 +558,7 @@ pub unsafe fn alltoallv(
     };
     let small = scount.iter().chain(rcount).all(|&b| b <= ALLTOALL_SMALL);
     if small {
+        own_block();
         let mut ids = Vec::with_capacity(2 * n);
         for step in 1..n {
             let src = (me + n - step) % n;
@@ -462,6 +587,8 @@ pub unsafe fn alltoallv(
     }
     // Step s: send to me+s, receive from me-s. Every rank is at the same step, so each
     // transfer's partner is ready for it, and each rank has one message in flight each way.
+    // Every rank is receiving at each step, so single copies are left to the receivers
+    // (isend_solo), and our own block is copied last: the peers' first reads start at once.
     for step in 1..n {
         let dst = (me + step) % n;
         let src = (me + n - step) % n;
@@ -475,7 +602,7 @@ pub unsafe fn alltoallv(
             None,
         );
         let sptr = unsafe { send.add(sdispl[dst]) };
-        let s = e.isend(
+        let s = e.isend_solo(
             sptr,
             scount[dst] as u64,
             c.ranks[dst],
@@ -484,6 +611,7 @@ pub unsafe fn alltoallv(
         );
         wait_all(e, &[r, s])?;
     }
+    own_block();
     Ok(())
 }
 

@@ -83,6 +83,8 @@ enum Kind {
         sent: u64,
         fragment: u64,
         single_copy: bool,
+        /// A single copy the sender may help with (see `isend_solo`).
+        coop: bool,
     },
     Recv {
         buf: *mut u8,
@@ -487,17 +489,22 @@ impl Engine {
         Ok(())
     }
 
-    fn alloc(&mut self, r: Req) -> usize {
-        match self.free.pop() {
-            Some(i) => {
-                self.reqs[i] = Some(r);
-                i
-            }
+    /// A slot for the request `make` builds. The slot is taken first and the request built
+    /// straight into it: building it first and then copying it in was the hottest spot of
+    /// the message path in perf (streaming 1-byte messages).
+    #[inline(always)]
+    fn alloc(&mut self, make: impl FnOnce() -> Req) -> usize {
+        let i = match self.free.pop() {
+            Some(i) => i,
             None => {
-                self.reqs.push(Some(r));
+                self.reqs.push(None);
                 self.reqs.len() - 1
             }
-        }
+        };
+        debug_assert!(self.reqs[i].is_none());
+        // Safety: a free slot holds None, which needs no drop.
+        unsafe { std::ptr::write(&mut self.reqs[i], Some(make())) };
+        i
     }
 
     fn req(&mut self, id: usize) -> &mut Req {
@@ -513,11 +520,17 @@ impl Engine {
     }
 
     /// Frees a completed request and returns its status.
+    #[inline]
     pub fn release(&mut self, id: usize) -> Status {
-        let r = self.reqs[id].take().expect("live request");
+        // The status is read in place: moving the whole request out first showed as a hot
+        // spot in perf, like building it in `alloc`.
+        let slot = &mut self.reqs[id];
+        let r = slot.as_ref().expect("live request");
         debug_assert!(r.done);
+        let status = r.status;
+        *slot = None;
         self.free.push(id);
-        r.status
+        status
     }
 
     // ---- sending ----
@@ -534,13 +547,36 @@ impl Engine {
         ctx: u32,
         tag: i32,
     ) -> usize {
-        let rule = self.rule_to(dst);
-        let single_copy = self.single_copy && dst != self.me && len >= rule.single_copy_threshold;
-        let fragment = if len <= rule.eager_limit {
-            len.max(1)
-        } else {
-            rule.fragment
-        };
+        unsafe { self.isend_with(buf, len, dst, ctx, tag, true) }
+    }
+
+    /// Like `isend`, but a single copy is left to the receiver alone. For exchanges where
+    /// every rank is receiving at the same time: the receiver is copying anyway, and the
+    /// sender's help would only contend with it (and delay the sender's own receive).
+    ///
+    /// # Safety
+    /// As `isend`.
+    pub unsafe fn isend_solo(
+        &mut self,
+        buf: *const u8,
+        len: u64,
+        dst: usize,
+        ctx: u32,
+        tag: i32,
+    ) -> usize {
+        unsafe { self.isend_with(buf, len, dst, ctx, tag, false) }
+    }
+
+    unsafe fn isend_with(
+        &mut self,
+        buf: *const u8,
+        len: u64,
+        dst: usize,
+        ctx: u32,
+        tag: i32,
+        coop: bool,
+    ) -> usize {
+        let (single_copy, fragment) = self.transport(len, dst);
         if single_copy {
             self.stats.single_copy += 1;
         } else if len <= fragment {
@@ -548,24 +584,10 @@ impl Engine {
         } else {
             self.stats.pipelined += 1;
         }
-        // One record and nothing queued before it: write it now, the request is born done.
-        let direct = !single_copy
-            && len <= fragment
-            && self.tx[dst].queue.is_empty()
-            && self.tx[dst].fins.is_empty()
-            && self.put(
-                dst,
-                Rec {
-                    kind: DATA,
-                    len: len as u32,
-                    ctx,
-                    tag,
-                    total: len,
-                    ..Rec::default()
-                },
-                buf,
-            );
-        let id = self.alloc(Req {
+        // One record and nothing queued before it: written now, the request is born done.
+        let direct =
+            !single_copy && len <= fragment && unsafe { self.put_now(buf, len, dst, ctx, tag) };
+        let id = self.alloc(|| Req {
             kind: Kind::Send {
                 ctx,
                 tag,
@@ -574,6 +596,7 @@ impl Engine {
                 sent: if direct { len } else { 0 },
                 fragment,
                 single_copy,
+                coop,
             },
             done: direct,
             status: Status {
@@ -590,6 +613,62 @@ impl Engine {
             self.advance_tx(dst);
         }
         id
+    }
+
+    /// How `len` bytes travel to `dst`: by single copy, else in records of `fragment` bytes
+    /// (one record when len <= fragment).
+    fn transport(&self, len: u64, dst: usize) -> (bool, u64) {
+        let rule = self.rule_to(dst);
+        let single_copy = self.single_copy && dst != self.me && len >= rule.single_copy_threshold;
+        let fragment = if len <= rule.eager_limit {
+            len.max(1)
+        } else {
+            rule.fragment
+        };
+        (single_copy, fragment)
+    }
+
+    /// Writes a one-record message into the pair ring if nothing is queued before it.
+    unsafe fn put_now(&mut self, buf: *const u8, len: u64, dst: usize, ctx: u32, tag: i32) -> bool {
+        self.tx[dst].queue.is_empty()
+            && self.tx[dst].fins.is_empty()
+            && self.put(
+                dst,
+                Rec {
+                    kind: DATA,
+                    len: len as u32,
+                    ctx,
+                    tag,
+                    total: len,
+                    ..Rec::default()
+                },
+                buf,
+            )
+    }
+
+    /// Blocking send of `len` bytes at `buf`. An eager message with nothing queued before it
+    /// goes straight into the ring without a request (the ping-pong fast path).
+    ///
+    /// # Safety
+    /// The buffer must be valid for `len` bytes.
+    pub unsafe fn send_ptr(
+        &mut self,
+        buf: *const u8,
+        len: u64,
+        dst: usize,
+        ctx: u32,
+        tag: i32,
+    ) -> Result<Status, MsgError> {
+        let (single_copy, fragment) = self.transport(len, dst);
+        if !single_copy && len <= fragment && unsafe { self.put_now(buf, len, dst, ctx, tag) } {
+            self.stats.eager += 1;
+            return Ok(Status {
+                bytes: len,
+                ..Status::default()
+            });
+        }
+        let id = unsafe { self.isend(buf, len, dst, ctx, tag) };
+        self.wait(id)
     }
 
     /// Wakes `rank` if it sleeps. Our stores must be visible before we read its `waiting`
@@ -670,6 +749,7 @@ impl Engine {
                         sent,
                         fragment,
                         single_copy,
+                        coop,
                         ..
                     },
                 ..
@@ -681,7 +761,7 @@ impl Engine {
                 // A free copy slot lets the receiver share the copy with us; without one
                 // (all taken by messages not yet received) the receiver copies alone.
                 let free = !self.tx[dst].slots_busy & ((1u64 << shm::NSLOTS) - 1);
-                let slot = if free != 0 && self.chunk != u64::MAX {
+                let slot = if free != 0 && coop && self.chunk != u64::MAX {
                     free.trailing_zeros() as usize
                 } else {
                     shm::NSLOTS
@@ -763,7 +843,7 @@ impl Engine {
         tag: i32,
         ranks: Option<Rc<Vec<i32>>>,
     ) -> usize {
-        let id = self.alloc(Req {
+        let id = self.alloc(|| Req {
             kind: Kind::Recv {
                 buf,
                 cap,
@@ -1191,7 +1271,7 @@ impl Engine {
 
     /// A request that is already complete with `st` (operations on MPI_PROC_NULL).
     pub fn completed(&mut self, st: Status) -> usize {
-        self.alloc(Req {
+        self.alloc(|| Req {
             kind: Kind::Recv {
                 buf: std::ptr::null_mut(),
                 cap: 0,
@@ -1232,11 +1312,13 @@ impl Engine {
                 }
             }
         }
-        if self.coop_tx > 0 {
-            any |= self.help_coop_tx();
-        }
+        // Incoming messages first: a single copy addressed to us is copied by us at once,
+        // before we help a peer copy ours (the peer is busy copying it already).
         for s in 0..self.n {
             any |= self.drain_rx(s);
+        }
+        if self.coop_tx > 0 {
+            any |= self.help_coop_tx();
         }
         if !self.coop_rx.is_empty() {
             any |= self.finish_coop_rx();
@@ -1251,7 +1333,9 @@ impl Engine {
             return Ok(());
         }
         let mut spins: u32 = 0;
-        let mut since = std::time::Instant::now();
+        // Started when first needed: most waits end within the first polls, and reading
+        // the clock costs as much as a poll.
+        let mut since: Option<std::time::Instant> = None;
         let budget = std::time::Duration::from_micros(self.spin.spin_us);
         loop {
             self.progress();
@@ -1265,7 +1349,8 @@ impl Engine {
             spins += 1;
             if spins < self.spin.polls
                 || (!self.shares_pu && !spins.is_multiple_of(16))
-                || (!self.shares_pu && since.elapsed() < budget)
+                || (!self.shares_pu
+                    && since.get_or_insert_with(std::time::Instant::now).elapsed() < budget)
             {
                 std::hint::spin_loop();
                 continue;
@@ -1292,7 +1377,7 @@ impl Engine {
             shm::futex_wait(&self.seg.rank(self.me).doorbell, seen, self.spin.sleep_ms);
             self.seg.rank(self.me).waiting.store(0, Ordering::SeqCst);
             spins = self.spin.polls / 2;
-            since = std::time::Instant::now();
+            since = None;
         }
     }
 
@@ -1305,8 +1390,7 @@ impl Engine {
     pub fn send(&mut self, buf: &[u8], dst: usize, ctx: u32, tag: i32) -> Result<Status, MsgError> {
         // Safety: we wait for completion; after an abort error the engine is poisoned and
         // never touches the buffer again.
-        let id = unsafe { self.isend(buf.as_ptr(), buf.len() as u64, dst, ctx, tag) };
-        self.wait(id)
+        unsafe { self.send_ptr(buf.as_ptr(), buf.len() as u64, dst, ctx, tag) }
     }
 
     /// Blocking receive.

@@ -701,8 +701,13 @@ pub unsafe extern "C" fn MPI_Send(
     comm: MPI_Comm,
 ) -> c_int {
     call("MPI_Send", comm, |l| {
-        let id = start_send(l, buf, count, dt, dest, tag, comm)?;
-        let st = finish(&mut l.eng, id)?;
+        let b = bytes(buf, count, dt)?;
+        check_tag(tag, false)?;
+        let (e, c) = l.parts(comm)?;
+        let st = match peer(c, dest, false)? {
+            None => return Ok(()),
+            Some(w) => e.send_ptr(buf as *const u8, b as u64, w as usize, c.ctx, tag)?,
+        };
         status_error(&st)
     })
 }
@@ -1174,11 +1179,18 @@ pub unsafe extern "C" fn MPI_Allreduce(
         if b == 0 {
             return Ok(());
         }
-        if sendbuf as usize != IN_PLACE {
-            std::ptr::copy(sendbuf as *const u8, recvbuf as *mut u8, b);
-        }
         let acc = std::slice::from_raw_parts_mut(recvbuf as *mut u8, b);
-        Ok(coll::allreduce(e, c, acc, ty, o)?)
+        if sendbuf as usize == IN_PLACE {
+            return Ok(coll::allreduce(e, c, acc, ty, o)?);
+        }
+        let send = sendbuf as *const u8;
+        if send < acc.as_ptr().add(b) && acc.as_ptr() < send.add(b) {
+            return Err(Fail(
+                MPI_ERR_BUFFER,
+                "send and receive buffers overlap (use MPI_IN_PLACE)".into(),
+            ));
+        }
+        Ok(coll::allreduce_from(e, c, send, acc, ty, o)?)
     })
 }
 
