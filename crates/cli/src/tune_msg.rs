@@ -8,13 +8,15 @@ use huddle_msg::rules::{default_rules_path, Class, RuleTable};
 use huddle_msg::tune::{self, Plan, Point};
 use std::path::PathBuf;
 use std::time::Duration;
-use topology::Machine;
+use topology::{Machine, ObjKind};
 
 #[derive(clap::Args)]
 #[command(
     long_about = "Measure, for one pair of PUs of each locality class present on this machine \
     (same core, shared L2, shared L3, same NUMA node, other package), ping-pong time with each \
-    candidate pipeline fragment size and with single copy (process_vm_readv), and store the \
+    candidate pipeline fragment size and with single copy (process_vm_readv), from 8 KiB to \
+    4 MiB and (fastest fragment and single copy only) at once and twice the last-level cache \
+    size, and store the \
     per-class rule table (JSON, schema huddle.msg-rules/1, see docs/msg.md) where `huddle \
     launch` finds it: --output, else $HUDDLE_MSG_RULES, else \
     $XDG_CONFIG_HOME/huddle/msg-rules.json (~/.config/huddle/msg-rules.json). Classes with \
@@ -37,7 +39,19 @@ pub struct Args {
 
 fn worker(out: &PathBuf, quick: bool) -> anyhow::Result<i32> {
     let mut e = Engine::from_env()?;
-    let points = tune::measure(&mut e, &Plan::new(quick))?;
+    // The last-level cache: past it, copies run from memory (tune.rs measures there too).
+    let llc = Machine::from_system().ok().and_then(|m| {
+        [
+            ObjKind::L5,
+            ObjKind::L4,
+            ObjKind::L3,
+            ObjKind::L2,
+            ObjKind::L1,
+        ]
+        .into_iter()
+        .find_map(|k| m.nodes_of(k).find_map(|n| n.cache_size))
+    });
+    let points = tune::measure(&mut e, &Plan::new(quick, llc))?;
     if e.rank() == 0 {
         std::fs::write(out, serde_json::to_string(&points)?)
             .map_err(|err| anyhow::anyhow!("{}: {err}", out.display()))?;

@@ -1,7 +1,8 @@
 //! Measuring a pair of ranks to build the rule table (the seed's OPTO step, per locality
 //! class): for one pair of a class, ping-pong with every candidate fragment size on the
 //! pipelined path and with single copy, then keep the fastest fragment and the size from which
-//! single copy wins for good.
+//! single copy wins for good. Beyond the caches, where the copies run from memory, only the
+//! fastest fragment and single copy are measured (the sizes are slow to move).
 
 use crate::coll::{self, Comm};
 use crate::engine::Engine;
@@ -27,18 +28,28 @@ pub struct Point {
 pub struct Plan {
     pub fragments: Vec<u64>,
     pub sizes: Vec<u64>,
+    /// Sizes past the last-level cache, for the fastest fragment and single copy only.
+    pub beyond_cache: Vec<u64>,
 }
 
 impl Plan {
-    pub fn new(quick: bool) -> Plan {
+    /// The candidates; `llc` is the last-level cache size in bytes, if known.
+    pub fn new(quick: bool, llc: Option<u64>) -> Plan {
         let k = 1024;
         if quick {
             return Plan {
                 fragments: vec![8 * k, 32 * k, 64 * k],
                 sizes: vec![16 * k, 128 * k, 1024 * k],
+                beyond_cache: Vec::new(),
             };
         }
+        // One cache's worth per message is out of it already (each rank has a buffer of
+        // that size); twice is well out.
+        let beyond_cache = llc.map_or(Vec::new(), |c| {
+            vec![c.max(8192 * k), (2 * c).max(16384 * k)]
+        });
         Plan {
+            beyond_cache,
             fragments: vec![
                 4 * k,
                 8 * k,
@@ -88,12 +99,62 @@ fn pingpong(e: &mut Engine, buf: &mut [u8], size: usize) -> Result<f64, MsgError
     Ok(times[BATCHES / 2])
 }
 
+struct Measuring<'a> {
+    world: &'a mut Comm,
+    buf: &'a mut [u8],
+    points: &'a mut Vec<Point>,
+    class: crate::rules::Class,
+    base: Rule,
+}
+
+impl Measuring<'_> {
+    /// Ping-pong at every size with each (fragment, single copy) trial.
+    fn run(
+        &mut self,
+        e: &mut Engine,
+        trials: &[(u64, bool)],
+        sizes: &[u64],
+    ) -> Result<(), MsgError> {
+        for &(fragment, single_copy) in trials {
+            e.set_rule(
+                self.class,
+                Rule {
+                    eager_limit: self.base.eager_limit,
+                    fragment: if single_copy {
+                        self.base.fragment
+                    } else {
+                        fragment
+                    },
+                    single_copy_threshold: if single_copy { 0 } else { u64::MAX },
+                },
+            );
+            for &size in sizes {
+                coll::barrier(e, self.world)?;
+                let usec = pingpong(e, self.buf, size as usize)?;
+                self.points.push(Point {
+                    size,
+                    fragment,
+                    single_copy,
+                    usec,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Runs the plan between world ranks 0 and 1 of the job (both call it; others idle).
 pub fn measure(e: &mut Engine, plan: &Plan) -> Result<Vec<Point>, MsgError> {
     let peer = if e.rank() == 0 { 1 } else { 0 };
     let class = e.class_to(peer);
     let mut world = Comm::new((0..e.size()).collect(), e.size(), e.rank(), 0);
-    let max = plan.sizes.iter().copied().max().unwrap_or(0) as usize;
+    let max = plan
+        .sizes
+        .iter()
+        .chain(&plan.beyond_cache)
+        .copied()
+        .max()
+        .unwrap_or(0) as usize;
     let mut buf: Vec<u8> = (0..max).map(|i| i as u8).collect();
     let mut points = Vec::new();
     let base = e.rule_to(peer);
@@ -101,35 +162,34 @@ pub fn measure(e: &mut Engine, plan: &Plan) -> Result<Vec<Point>, MsgError> {
     if e.single_copy_available() {
         trials.push((0, true));
     }
-    for &(fragment, single_copy) in &trials {
-        e.set_rule(
-            class,
-            Rule {
-                eager_limit: base.eager_limit,
-                fragment: if single_copy { base.fragment } else { fragment },
-                single_copy_threshold: if single_copy { 0 } else { u64::MAX },
-            },
-        );
-        for &size in &plan.sizes {
-            coll::barrier(e, &mut world)?;
-            let usec = pingpong(e, &mut buf, size as usize)?;
-            points.push(Point {
-                size,
-                fragment,
-                single_copy,
-                usec,
-            });
-        }
+    let mut m = Measuring {
+        world: &mut world,
+        buf: &mut buf,
+        points: &mut points,
+        class,
+        base,
+    };
+    m.run(e, &trials, &plan.sizes)?;
+    if !plan.beyond_cache.is_empty() {
+        // Rank 0's times decide (the others have zeros); both ranks must run the same trials.
+        let mut best = best_fragment(m.points)
+            .unwrap_or(base.fragment)
+            .to_ne_bytes();
+        coll::bcast(e, m.world, &mut best, 0)?;
+        let best = u64::from_ne_bytes(best);
+        let big: Vec<(u64, bool)> = std::iter::once((best, false))
+            .chain(trials.iter().filter(|t| t.1).copied())
+            .collect();
+        m.run(e, &big, &plan.beyond_cache)?;
     }
     e.set_rule(class, base);
     coll::barrier(e, &mut world)?;
     Ok(points)
 }
 
-/// The rule the points argue for: the fragment with the least total time over the sizes,
-/// and the smallest size from which single copy beats that fragment at every larger size.
-pub fn choose(points: &[Point], base: Rule) -> Rule {
-    let mut best: Option<(u64, f64)> = None;
+/// The pipelined fragment with the least total time over the sizes every fragment was
+/// measured at (relative time per size, so that large sizes do not drown the small ones).
+fn best_fragment(points: &[Point]) -> Option<u64> {
     let mut frags: Vec<u64> = points
         .iter()
         .filter(|p| !p.single_copy)
@@ -137,18 +197,31 @@ pub fn choose(points: &[Point], base: Rule) -> Rule {
         .collect();
     frags.sort();
     frags.dedup();
-    for f in frags {
-        // Relative time per size, so that large sizes do not drown the small ones.
+    let common = |size: u64| {
+        frags.iter().all(|&f| {
+            points
+                .iter()
+                .any(|p| !p.single_copy && p.fragment == f && p.size == size)
+        })
+    };
+    let mut best: Option<(u64, f64)> = None;
+    for &f in &frags {
         let score: f64 = points
             .iter()
-            .filter(|p| !p.single_copy && p.fragment == f)
+            .filter(|p| !p.single_copy && p.fragment == f && common(p.size))
             .map(|p| p.usec.max(1e-3).ln())
             .sum();
         if best.is_none_or(|(_, s)| score < s) {
             best = Some((f, score));
         }
     }
-    let fragment = best.map_or(base.fragment, |b| b.0);
+    best.map(|b| b.0)
+}
+
+/// The rule the points argue for: the best fragment (`best_fragment`), and the smallest
+/// size from which single copy beats that fragment at every larger size measured.
+pub fn choose(points: &[Point], base: Rule) -> Rule {
+    let fragment = best_fragment(points).unwrap_or(base.fragment);
     let pipelined = |size: u64| {
         points
             .iter()
@@ -206,7 +279,18 @@ mod tests {
         let r = choose(&points, base);
         assert_eq!(r.fragment, 32);
         assert_eq!(r.single_copy_threshold, 1000);
-        let never: Vec<Point> = points.into_iter().filter(|p| p.size != 1000).collect();
+        let never: Vec<Point> = points.iter().filter(|p| p.size != 1000).cloned().collect();
         assert_eq!(choose(&never, base).single_copy_threshold, u64::MAX);
+        // Beyond the cache only fragment 32 and single copy are measured: the fragment is
+        // still chosen on the common sizes, and the crossover found out there.
+        let mut beyond = never;
+        beyond.extend([
+            pt(5000, 32, 900.0),
+            pt(5000, 0, 700.0),
+            pt(20000, 32, 4000.0),
+        ]);
+        beyond.push(pt(20000, 0, 2800.0));
+        let r = choose(&beyond, base);
+        assert_eq!((r.fragment, r.single_copy_threshold), (32, 5000));
     }
 }
