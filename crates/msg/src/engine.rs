@@ -1,8 +1,9 @@
 //! The point-to-point engine of one rank: pair rings, MPI matching, the three transports and
 //! progress by polling, then sleeping on a futex.
 //!
-//! Ring records are 64-byte headers followed by the payload rounded up to 64 bytes. A message
-//! is either one DATA record (eager), a DATA record followed by MORE records of `fragment`
+//! Ring records are 32-byte headers followed by the payload rounded up to 32 bytes (a SHORT
+//! record carries up to 8 bytes inside its header). A message is either one SHORT or DATA
+//! record (eager), a DATA record followed by MORE records of `fragment`
 //! bytes each (pipelined copy-in/copy-out), or an RTS record carrying the sender's buffer
 //! address and a copy slot of the pair; the receiver publishes its buffer in the slot, both
 //! ranks copy chunks of the message (receiver: process_vm_readv, sender: process_vm_writev)
@@ -19,21 +20,26 @@ use std::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering};
 
 pub const ANY: i32 = -1;
 
-/// Ring records start on a cache line: a header line, whose last `INLINE` bytes carry the
-/// first payload bytes, then the rest of the payload in whole lines.
-const REC: u64 = 64;
-const INLINE: u64 = 32;
+/// Ring records start on a half cache line: a 32-byte header, then the payload rounded up to
+/// 32 bytes. A message of at most `SHORT_MAX` bytes is a SHORT record, its payload inside
+/// the header: two per cache line, where each message took a line of its own before (the
+/// line transfers between the cores bound the message rate when the cores are far apart).
+/// RTS and FIN take 64 bytes (their fields fill a second half line).
+const ALIGN: u64 = 32;
+const HDR: u64 = 32;
+const SHORT_MAX: u64 = 8;
 const PAD: u32 = 1;
 const DATA: u32 = 2;
 const MORE: u32 = 3;
 const RTS: u32 = 4;
 const FIN: u32 = 5;
+const SHORT: u32 = 6;
 
-/// A record header. The receiver polls the line where the next record will start and takes
-/// it once `stamp` equals that record's ring position + 1: one cache-line transfer per small
-/// message, no shared head counter. The sender stores `stamp` last (release), so the whole
-/// record is visible by then. Stale data cannot match: an old header holds an older
-/// position, and the receiver zeroes the first word of every other line it consumes.
+/// A record header. The receiver polls the half line where the next record will start and
+/// takes it once `stamp` equals that record's ring position + 1: no shared head counter. The
+/// sender stores `stamp` last (release), so the whole record is visible by then. Stale data
+/// cannot match: an old header holds an older position, and the receiver zeroes the first
+/// word of every other half line of each record it consumes.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct Rec {
@@ -42,8 +48,9 @@ struct Rec {
     len: u32,
     ctx: u32,
     tag: i32,
+    /// The message's size; a SHORT record's payload instead.
     total: u64,
-    // RTS and FIN only; DATA and MORE carry payload from here on (INLINE bytes).
+    // RTS and FIN only; DATA and MORE carry payload from here on.
     addr: u64,
     token: u64,
     /// RTS and FIN: copy slot + 1 of the pair (0: none, the receiver copies alone).
@@ -51,13 +58,23 @@ struct Rec {
     _pad: u64,
 }
 
-/// Ring bytes a record with `len` payload bytes takes.
-fn record_bytes(len: u64) -> u64 {
-    if len == 0 {
-        REC
-    } else {
-        (REC - INLINE + len).div_ceil(REC) * REC
+/// Ring bytes a record of `kind` with `len` payload bytes takes (PAD: to the ring's end).
+fn record_bytes(kind: u32, len: u64) -> u64 {
+    match kind {
+        SHORT => HDR,
+        RTS | FIN => 2 * HDR,
+        _ => HDR + len.div_ceil(ALIGN) * ALIGN,
     }
+}
+
+/// Header bytes of `kind` after the stamp.
+fn header_body(kind: u32) -> usize {
+    let header = if kind == RTS || kind == FIN {
+        2 * HDR
+    } else {
+        HDR
+    };
+    header as usize - std::mem::size_of::<u64>()
 }
 
 /// MPI error classes the engine produces (values match include/huddle/msg/mpi.h).
@@ -687,8 +704,15 @@ impl Engine {
     }
 
     /// Writes one record to ring me->dst if it fits now.
-    fn put(&mut self, dst: usize, rec: Rec, payload: *const u8) -> bool {
-        let need = record_bytes(rec.len as u64);
+    fn put(&mut self, dst: usize, mut rec: Rec, payload: *const u8) -> bool {
+        if rec.kind == DATA && rec.total == rec.len as u64 && rec.total <= SHORT_MAX {
+            // The whole message fits the header's `total` field.
+            let mut bytes = [0u8; 8];
+            unsafe { std::ptr::copy_nonoverlapping(payload, bytes.as_mut_ptr(), rec.len as usize) };
+            rec.kind = SHORT;
+            rec.total = u64::from_ne_bytes(bytes);
+        }
+        let need = record_bytes(rec.kind, rec.len as u64);
         let cap = self.cap;
         let tx = &mut self.tx[dst];
         let pos = tx.head % cap;
@@ -713,9 +737,9 @@ impl Engine {
         }
         unsafe {
             let at = data.add(at as usize);
-            if rec.len > 0 {
-                // Payload first (the inline part overlays the RTS/FIN fields), header last.
-                std::ptr::copy_nonoverlapping(payload, at.add(INLINE as usize), rec.len as usize);
+            if rec.kind != SHORT && rec.len > 0 {
+                // Payload first, header last.
+                std::ptr::copy_nonoverlapping(payload, at.add(HDR as usize), rec.len as usize);
             }
             publish(at, rec, tx.head);
         }
@@ -1085,19 +1109,33 @@ impl Engine {
             let tail = self.rx[src].tail;
             let pos = tail % cap;
             let at = unsafe { data.add(pos as usize) };
-            // Safety: records start on 64-byte boundaries inside the mapped ring.
+            // Safety: records start on 32-byte boundaries inside the mapped ring.
             let stamp = unsafe { &*(at as *const AtomicU64) };
             if stamp.load(Ordering::Acquire) != tail + 1 {
                 break;
             }
             any = true;
-            let rec = unsafe { std::ptr::read(at as *const Rec) };
-            let payload = unsafe { at.add(INLINE as usize) as *const u8 };
+            // Only this record's header: the half line after a SHORT one may be the next
+            // record, still being written.
+            let mut rec = Rec::default();
+            unsafe {
+                std::ptr::copy_nonoverlapping(at, &mut rec as *mut Rec as *mut u8, HDR as usize)
+            };
+            if rec.kind == RTS || rec.kind == FIN {
+                rec = unsafe { std::ptr::read(at as *const Rec) };
+            }
+            let mut payload = unsafe { at.add(HDR as usize) as *const u8 };
             let size = if rec.kind == PAD {
                 cap - pos
             } else {
-                record_bytes(rec.len as u64)
+                record_bytes(rec.kind, rec.len as u64)
             };
+            if rec.kind == SHORT {
+                // A DATA record whose payload sits in `total`.
+                payload = unsafe { at.add(std::mem::offset_of!(Rec, total)) };
+                rec.kind = DATA;
+                rec.total = rec.len as u64;
+            }
             match rec.kind {
                 DATA => self.on_first(src, &rec, payload),
                 MORE => self.on_more(src, &rec, payload),
@@ -1122,11 +1160,11 @@ impl Engine {
                 }
                 _ => {}
             }
-            // Zero the first word of the record's other lines: the sender's payload there
-            // must not pass for a stamp when a header lands on that line a lap later.
-            for line in (REC..size).step_by(REC as usize) {
+            // Zero the first word of the record's other half lines: the sender's payload
+            // there must not pass for a stamp when a header lands there a lap later.
+            for half in (ALIGN..size).step_by(ALIGN as usize) {
                 unsafe {
-                    (*(at.add(line as usize) as *const AtomicU64)).store(0, Ordering::Relaxed)
+                    (*(at.add(half as usize) as *const AtomicU64)).store(0, Ordering::Relaxed)
                 };
             }
             self.rx[src].tail += size;
@@ -1421,15 +1459,11 @@ impl Engine {
 /// `at` must point at 64 writable, 8-byte-aligned bytes of the ring.
 unsafe fn publish(at: *mut u8, rec: Rec, pos: u64) {
     // Everything but the stamp, then the stamp with release ordering.
-    let body = std::mem::size_of::<u64>();
+    let stamp = std::mem::size_of::<u64>();
     std::ptr::copy_nonoverlapping(
-        (&rec as *const Rec as *const u8).add(body),
-        at.add(body),
-        if rec.len > 0 {
-            INLINE as usize - body
-        } else {
-            REC as usize - body
-        },
+        (&rec as *const Rec as *const u8).add(stamp),
+        at.add(stamp),
+        header_body(rec.kind),
     );
     (*(at as *const AtomicU64)).store(pos + 1, Ordering::Release);
 }

@@ -239,17 +239,17 @@ fn every_transport_under_random_traffic() {
     assert_all_exited_0(&out);
 }
 
-/// Payload of message `seq` from the stale-stamp test: at the start of each ring line after
-/// the header line (record layout: engine::Rec, 32 payload bytes inline in the 64-byte header
-/// line, the rest in whole lines), the stamp a header on that line would carry one lap later;
-/// elsewhere a byte pattern. `at` is the record's ring position, `cap` the ring size.
+/// Payload of message `seq` from the stale-stamp test: at the start of each 32-byte half line
+/// after the header (record layout: engine::Rec, a 32-byte header, then the payload in 32-byte
+/// units; records start on any half line), the stamp a header there would carry one lap
+/// later; elsewhere a byte pattern. `at` is the record's ring position, `cap` the ring size.
 fn stamp_lookalikes(len: usize, at: u64, cap: u64, seq: usize) -> Vec<u8> {
     let mut p: Vec<u8> = (0..len).map(|i| byte(0, seq, i)).collect();
-    let mut line = 64;
-    while line - 32 + 8 <= len as u64 {
-        let off = (line - 32) as usize;
-        p[off..off + 8].copy_from_slice(&(at + line + cap + 1).to_le_bytes());
-        line += 64;
+    let mut half = 32;
+    while half - 32 + 8 <= len as u64 {
+        let off = (half - 32) as usize;
+        p[off..off + 8].copy_from_slice(&(at + half + cap + 1).to_le_bytes());
+        half += 32;
     }
     p
 }
@@ -266,7 +266,7 @@ fn record_positions(count: usize, cap: u64) -> Vec<u64> {
     let mut head = 0;
     (0..count)
         .map(|seq| {
-            let size = (32 + lookalike_len(seq) as u64).div_ceil(64) * 64;
+            let size = 32 + (lookalike_len(seq) as u64).div_ceil(32) * 32;
             if cap - head % cap < size {
                 head += cap - head % cap;
             }
