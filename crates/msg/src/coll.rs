@@ -278,7 +278,15 @@ pub fn allreduce(
 ) -> Result<(), MsgError> {
     let n = c.size();
     if n > 1 && n.is_power_of_two() && acc.len() <= ALLREDUCE_SMALL {
-        let mut theirs = vec![0u8; acc.len()];
+        // The partner's operand: on the stack when small (no allocation per call).
+        let mut stack = [0u8; 256];
+        let mut heap = Vec::new();
+        let theirs: &mut [u8] = if acc.len() <= stack.len() {
+            &mut stack[..acc.len()]
+        } else {
+            heap.resize(acc.len(), 0);
+            &mut heap
+        };
         let mut mask = 1;
         while mask < n {
             let partner = c.me ^ mask;
@@ -300,10 +308,10 @@ pub fn allreduce(
             wait_all(e, &ids)?;
             // Lower rank's operand first everywhere, so every rank gets the same bits.
             if partner < c.me {
-                ops::reduce(op, ty, &mut theirs, acc);
-                acc.copy_from_slice(&theirs);
+                ops::reduce(op, ty, theirs, acc);
+                acc.copy_from_slice(theirs);
             } else {
-                ops::reduce(op, ty, acc, &theirs);
+                ops::reduce(op, ty, acc, theirs);
             }
             mask <<= 1;
         }
@@ -549,43 +557,83 @@ pub unsafe fn alltoallv(
     rcount: &[usize],
     rdispl: &[usize],
 ) -> Result<(), MsgError> {
+    let small = scount.iter().chain(rcount).all(|&b| b <= ALLTOALL_SMALL);
+    let sblock = |d: usize| (sdispl[d], scount[d]);
+    let rblock = |r: usize| (rdispl[r], rcount[r]);
+    unsafe { exchange(e, c, send, sblock, recv, rblock, small) }
+}
+
+/// Alltoall with blocks of `sb` bytes to send and `rb` to receive per rank, laid out in rank
+/// order (no count arrays to build per call).
+///
+/// # Safety
+/// `send` must hold n * sb bytes and `recv` n * rb.
+pub unsafe fn alltoall(
+    e: &mut Engine,
+    c: &mut Comm,
+    send: *const u8,
+    sb: usize,
+    recv: *mut u8,
+    rb: usize,
+) -> Result<(), MsgError> {
+    let small = sb.max(rb) <= ALLTOALL_SMALL;
+    unsafe { exchange(e, c, send, |d| (d * sb, sb), recv, |r| (r * rb, rb), small) }
+}
+
+/// The exchange behind Alltoall(v): `sblock(d)` and `rblock(r)` give (offset, bytes) of the
+/// block for rank d in `send` and of the block from rank r in `recv`.
+unsafe fn exchange(
+    e: &mut Engine,
+    c: &mut Comm,
+    send: *const u8,
+    sblock: impl Fn(usize) -> (usize, usize),
+    recv: *mut u8,
+    rblock: impl Fn(usize) -> (usize, usize),
+    small: bool,
+) -> Result<(), MsgError> {
     let n = c.size();
     let me = c.me;
     let own_block = || unsafe {
-        std::ptr::copy(
-            send.add(sdispl[me]),
-            recv.add(rdispl[me]),
-            scount[me].min(rcount[me]),
-        )
+        let ((so, sc), (ro, rc)) = (sblock(me), rblock(me));
+        std::ptr::copy(send.add(so), recv.add(ro), sc.min(rc))
     };
-    let small = scount.iter().chain(rcount).all(|&b| b <= ALLTOALL_SMALL);
     if small {
         own_block();
-        let mut ids = Vec::with_capacity(2 * n);
+        // Everything posted at once; the request ids on the stack for small communicators.
+        let mut stack = [0usize; 64];
+        let mut heap = Vec::new();
+        let ids: &mut [usize] = if 2 * n <= stack.len() {
+            &mut stack[..2 * (n - 1)]
+        } else {
+            heap.resize(2 * (n - 1), 0);
+            &mut heap
+        };
         for step in 1..n {
             let src = (me + n - step) % n;
-            let ptr = unsafe { recv.add(rdispl[src]) };
-            ids.push(e.irecv(
-                ptr,
-                rcount[src] as u64,
+            let (ro, rc) = rblock(src);
+            ids[step - 1] = e.irecv(
+                unsafe { recv.add(ro) },
+                rc as u64,
                 c.ranks[src] as i32,
                 c.coll(),
                 TAG_ALLTOALL,
                 None,
-            ));
+            );
         }
         for step in 1..n {
             let dst = (me + step) % n;
-            let ptr = unsafe { send.add(sdispl[dst]) };
-            ids.push(e.isend(
-                ptr,
-                scount[dst] as u64,
-                c.ranks[dst],
-                c.coll(),
-                TAG_ALLTOALL,
-            ));
+            let (so, sc) = sblock(dst);
+            ids[n - 2 + step] = unsafe {
+                e.isend(
+                    send.add(so),
+                    sc as u64,
+                    c.ranks[dst],
+                    c.coll(),
+                    TAG_ALLTOALL,
+                )
+            };
         }
-        return wait_all(e, &ids);
+        return wait_all(e, ids);
     }
     // Step s: send to me+s, receive from me-s. Every rank is at the same step, so each
     // transfer's partner is ready for it, and each rank has one message in flight each way.
@@ -594,23 +642,25 @@ pub unsafe fn alltoallv(
     for step in 1..n {
         let dst = (me + step) % n;
         let src = (me + n - step) % n;
-        let rptr = unsafe { recv.add(rdispl[src]) };
+        let (ro, rc) = rblock(src);
         let r = e.irecv(
-            rptr,
-            rcount[src] as u64,
+            unsafe { recv.add(ro) },
+            rc as u64,
             c.ranks[src] as i32,
             c.coll(),
             TAG_ALLTOALL,
             None,
         );
-        let sptr = unsafe { send.add(sdispl[dst]) };
-        let s = e.isend_solo(
-            sptr,
-            scount[dst] as u64,
-            c.ranks[dst],
-            c.coll(),
-            TAG_ALLTOALL,
-        );
+        let (so, sc) = sblock(dst);
+        let s = unsafe {
+            e.isend_solo(
+                send.add(so),
+                sc as u64,
+                c.ranks[dst],
+                c.coll(),
+                TAG_ALLTOALL,
+            )
+        };
         wait_all(e, &[r, s])?;
     }
     own_block();

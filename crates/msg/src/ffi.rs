@@ -1385,20 +1385,7 @@ pub unsafe extern "C" fn MPI_Alltoall(
         } else {
             sendbuf as *const u8
         };
-        let sc = vec![sb; n];
-        let sd: Vec<usize> = (0..n).map(|r| r * sb).collect();
-        let rc = vec![rb; n];
-        let rd: Vec<usize> = (0..n).map(|r| r * rb).collect();
-        Ok(coll::alltoallv(
-            e,
-            c,
-            sptr,
-            &sc,
-            &sd,
-            recvbuf as *mut u8,
-            &rc,
-            &rd,
-        )?)
+        Ok(coll::alltoall(e, c, sptr, sb, recvbuf as *mut u8, rb)?)
     })
 }
 
