@@ -151,26 +151,30 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     println!("rule table stored in {}", path.display());
     println!(
-        "{:<8} {:>12} {:>14} {:>22}  source",
-        "class", "eager_limit", "fragment", "single_copy_threshold"
+        "{:<8} {:>12} {:>14} {:>22} {:>12}  source",
+        "class", "eager_limit", "fragment", "single_copy_threshold", "in_exchanges"
     );
+    let bytes = |b: u64| {
+        if b == u64::MAX {
+            "never".to_string()
+        } else {
+            b.to_string()
+        }
+    };
     for (c, r) in &table.rules {
+        // The exchange threshold always comes from the cache sizes.
         let src = if all_points.iter().any(|x| x.0 == *c) {
-            "measured"
+            "measured (in_exchanges: cache sizes)"
         } else {
             "cache sizes"
         };
-        let sc = if r.single_copy_threshold == u64::MAX {
-            "never".to_string()
-        } else {
-            r.single_copy_threshold.to_string()
-        };
         println!(
-            "{:<8} {:>12} {:>14} {:>22}  {src}",
+            "{:<8} {:>12} {:>14} {:>22} {:>12}  {src}",
             c.name(),
             r.eager_limit,
             r.fragment,
-            sc
+            bytes(r.single_copy_threshold),
+            bytes(r.exchange_single_copy_threshold)
         );
     }
     Ok(0)

@@ -422,6 +422,7 @@ impl Engine {
                     eager_limit: 4096,
                     fragment: 32768,
                     single_copy_threshold: u64::MAX,
+                    exchange_single_copy_threshold: u64::MAX,
                 },
             )]
             .into_iter()
@@ -567,9 +568,10 @@ impl Engine {
         unsafe { self.isend_with(buf, len, dst, ctx, tag, true) }
     }
 
-    /// Like `isend`, but a single copy is left to the receiver alone. For exchanges where
-    /// every rank is receiving at the same time: the receiver is copying anyway, and the
-    /// sender's help would only contend with it (and delay the sender's own receive).
+    /// `isend` for exchanges, where every rank is receiving at the same time: single copy
+    /// only from the rule's exchange threshold, and left to the receiver alone (it is
+    /// copying anyway; the sender's help would only contend with it and delay the sender's
+    /// own receive).
     ///
     /// # Safety
     /// As `isend`.
@@ -584,6 +586,25 @@ impl Engine {
         unsafe { self.isend_with(buf, len, dst, ctx, tag, false) }
     }
 
+    /// How `len` bytes travel to `dst`: by single copy, else in records of `fragment` bytes
+    /// (one record when len <= fragment). In an exchange the single-copy threshold is the
+    /// rule's exchange one.
+    fn transport(&self, len: u64, dst: usize, exchange: bool) -> (bool, u64) {
+        let rule = self.rule_to(dst);
+        let threshold = if exchange {
+            rule.exchange_single_copy_threshold
+        } else {
+            rule.single_copy_threshold
+        };
+        let single_copy = self.single_copy && dst != self.me && len >= threshold;
+        let fragment = if len <= rule.eager_limit {
+            len.max(1)
+        } else {
+            rule.fragment
+        };
+        (single_copy, fragment)
+    }
+
     unsafe fn isend_with(
         &mut self,
         buf: *const u8,
@@ -593,7 +614,7 @@ impl Engine {
         tag: i32,
         coop: bool,
     ) -> usize {
-        let (single_copy, fragment) = self.transport(len, dst);
+        let (single_copy, fragment) = self.transport(len, dst, !coop);
         if single_copy {
             self.stats.single_copy += 1;
         } else if len <= fragment {
@@ -632,19 +653,6 @@ impl Engine {
         id
     }
 
-    /// How `len` bytes travel to `dst`: by single copy, else in records of `fragment` bytes
-    /// (one record when len <= fragment).
-    fn transport(&self, len: u64, dst: usize) -> (bool, u64) {
-        let rule = self.rule_to(dst);
-        let single_copy = self.single_copy && dst != self.me && len >= rule.single_copy_threshold;
-        let fragment = if len <= rule.eager_limit {
-            len.max(1)
-        } else {
-            rule.fragment
-        };
-        (single_copy, fragment)
-    }
-
     /// Writes a one-record message into the pair ring if nothing is queued before it.
     unsafe fn put_now(&mut self, buf: *const u8, len: u64, dst: usize, ctx: u32, tag: i32) -> bool {
         self.tx[dst].queue.is_empty()
@@ -676,7 +684,7 @@ impl Engine {
         ctx: u32,
         tag: i32,
     ) -> Result<Status, MsgError> {
-        let (single_copy, fragment) = self.transport(len, dst);
+        let (single_copy, fragment) = self.transport(len, dst, false);
         if !single_copy && len <= fragment && unsafe { self.put_now(buf, len, dst, ctx, tag) } {
             self.stats.eager += 1;
             return Ok(Status {

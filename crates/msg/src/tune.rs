@@ -126,6 +126,7 @@ impl Measuring<'_> {
                         fragment
                     },
                     single_copy_threshold: if single_copy { 0 } else { u64::MAX },
+                    exchange_single_copy_threshold: self.base.exchange_single_copy_threshold,
                 },
             );
             for &size in sizes {
@@ -241,6 +242,8 @@ pub fn choose(points: &[Point], base: Rule) -> Rule {
         eager_limit: base.eager_limit,
         fragment,
         single_copy_threshold: threshold,
+        // Not measured (ping-pong says nothing about both directions at once): kept.
+        exchange_single_copy_threshold: base.exchange_single_copy_threshold,
     }
 }
 
@@ -263,6 +266,7 @@ mod tests {
             eager_limit: 4096,
             fragment: 1,
             single_copy_threshold: 1,
+            exchange_single_copy_threshold: 7,
         };
         let points = vec![
             pt(10, 8, 2.0),
@@ -279,6 +283,7 @@ mod tests {
         let r = choose(&points, base);
         assert_eq!(r.fragment, 32);
         assert_eq!(r.single_copy_threshold, 1000);
+        assert_eq!(r.exchange_single_copy_threshold, 7, "not measured: kept");
         let never: Vec<Point> = points.iter().filter(|p| p.size != 1000).cloned().collect();
         assert_eq!(choose(&never, base).single_copy_threshold, u64::MAX);
         // Beyond the cache only fragment 32 and single copy are measured: the fragment is

@@ -33,16 +33,19 @@ fn rules() -> [Rule; NCLASS] {
         eager_limit: 256,
         fragment: 1000,
         single_copy_threshold: u64::MAX,
+        exchange_single_copy_threshold: u64::MAX,
     }; NCLASS];
     r[Class::L3 as usize] = Rule {
         eager_limit: 4096,
         fragment: 4096,
         single_copy_threshold: 20_000,
+        exchange_single_copy_threshold: 50_000,
     };
     r[Class::Remote as usize] = Rule {
         eager_limit: 64,
         fragment: 8192,
         single_copy_threshold: 1000,
+        exchange_single_copy_threshold: 1000,
     };
     r
 }
