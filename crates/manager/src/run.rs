@@ -114,6 +114,8 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
     let tick = procs::ticks_per_second();
     let mut data = RunData::default();
     let mut pinned: HashMap<u32, usize> = HashMap::new(); // tid -> slot
+                                                          // The previous interval's proposal: (task ids, slots).
+    let mut last_proposal: Option<(Vec<u32>, Vec<usize>)> = None;
     let mut cpu_ticks: HashMap<u32, u64> = HashMap::new();
     let mut total_events = 0u64;
     let mut last_snapshot = -1.0f64;
@@ -216,9 +218,18 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             let cur_os: Vec<u32> = current.iter().map(|&g| target.os_index(g)).collect();
             let new_os: Vec<u32> = proposal.slots.iter().map(|&g| target.os_index(g)).collect();
             let interval_ms = cfg.controller.interval_ms;
+            // The last interval's proposal, costed on this matrix (same tasks only).
+            let live_tids: Vec<u32> = live_idx.iter().map(|&i| tasks[i].tid).collect();
+            let previous_cost = match &last_proposal {
+                Some((tids, slots)) if *tids == live_tids => {
+                    Some(mapping::cost::evaluate_matrix(&sub, target, slots).cost)
+                }
+                _ => None,
+            };
+            last_proposal = Some((live_tids, proposal.slots.clone()));
             let verdict = if !proposal.self_judged {
                 cfg.controller
-                    .decide(t, &cur_os, cost_now, &new_os, cost_new)
+                    .decide(t, &cur_os, cost_now, &new_os, cost_new, previous_cost)
             } else if new_os == cur_os {
                 Verdict::Keep {
                     reason: "the policy's placement is already live".into(),
