@@ -59,7 +59,7 @@ pub struct Common {
     processes communicate (page faults, with the agent preloaded for extra faults), map them \
     onto the machine so that partners share caches, and pin them (sched_setaffinity on every \
     thread) whenever the predicted communication cost falls by at least the threshold and \
-    the previous interval's proposal, costed on the new matrix, confirms the move. The \
+    the previous interval's proposal, costed on the new matrix, would gain that too. The \
     interval adapts (100 ms, +50 ms while stable, halved after a change, 50 ms..2 s) and the \
     matrix ages after each migration (M -= M >> 2). Returns the program's exit status; SIGINT \
     and SIGTERM sent to huddle are passed on. If huddle is killed the program runs on."
