@@ -1,6 +1,8 @@
 //! `huddle detect` end to end, on the ground-truth workloads (needs the agent library:
 //! `cargo build -p agent`, which `make test` and `cargo test --workspace` do).
 
+mod common;
+use common::Scratch;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,11 +21,8 @@ fn agent() -> PathBuf {
     p
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("huddle-detect-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+fn tmp(name: &str) -> Scratch {
+    Scratch::new("detect-test", name)
 }
 
 fn json(p: &Path) -> serde_json::Value {

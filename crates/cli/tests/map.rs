@@ -1,5 +1,7 @@
 //! `huddle map` end to end: the done-when check, output formats, the advisor, bad input.
 
+mod common;
+use common::Scratch;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -166,8 +168,10 @@ fn advise_prefers_blocked_for_cg() {
 }
 
 fn bad(content: &str, extra: &[&str]) -> (i32, String) {
-    let dir = std::env::temp_dir().join(format!("huddle-map-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new(
+        "map-test",
+        &format!("{}", content.len() + extra.len() * 1000),
+    );
     let f = dir.join(format!("m{}.csv", content.len() + extra.len() * 1000));
     std::fs::write(&f, content).unwrap();
     let p = f.display().to_string();
@@ -214,8 +218,7 @@ fn too_many_tasks_is_bad_input_unless_oversubscribed() {
         err.contains("5 tasks") && err.contains("--oversubscribe"),
         "{err}"
     );
-    let dir = std::env::temp_dir().join(format!("huddle-map-over-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("map-over", "five");
     let f = dir.join("five.csv");
     std::fs::write(&f, five).unwrap();
     let v = json(&huddle(&[

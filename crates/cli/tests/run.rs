@@ -1,6 +1,8 @@
 //! `huddle run` / `huddle attach` end to end: exit statuses, signals, huddle's own death,
 //! permissions, and that a managed program computes the same result.
 
+mod common;
+use common::Scratch;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -16,11 +18,8 @@ fn run(args: &[&str]) -> Output {
     huddle().args(args).output().expect("huddle runs")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("huddle-run-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("run-test", name)
 }
 
 /// Waits for a child with a deadline; kills it and fails the test if it hangs.

@@ -1,5 +1,7 @@
 //! `huddle workload` end to end: files, JSON summary, determinism, bad input.
 
+mod common;
+use common::Scratch;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -19,10 +21,8 @@ fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("valid JSON")
 }
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("huddle-wl-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn tmp(name: &str) -> Scratch {
+    Scratch::unmade("wl", name)
 }
 
 fn strongest_partner(m: &matrix::CommMatrix, i: usize) -> usize {
