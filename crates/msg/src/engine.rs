@@ -100,8 +100,8 @@ enum Kind {
         sent: u64,
         fragment: u64,
         single_copy: bool,
-        /// A single copy the sender may help with (see `isend_solo`).
-        coop: bool,
+        /// Part of an exchange (see `isend_solo`): its own single-copy threshold, no help.
+        exchange: bool,
     },
     Recv {
         buf: *mut u8,
@@ -565,7 +565,7 @@ impl Engine {
         ctx: u32,
         tag: i32,
     ) -> usize {
-        unsafe { self.isend_with(buf, len, dst, ctx, tag, true) }
+        unsafe { self.isend_with(buf, len, dst, ctx, tag, false) }
     }
 
     /// `isend` for exchanges, where every rank is receiving at the same time: single copy
@@ -583,7 +583,7 @@ impl Engine {
         ctx: u32,
         tag: i32,
     ) -> usize {
-        unsafe { self.isend_with(buf, len, dst, ctx, tag, false) }
+        unsafe { self.isend_with(buf, len, dst, ctx, tag, true) }
     }
 
     /// How `len` bytes travel to `dst`: by single copy, else in records of `fragment` bytes
@@ -612,9 +612,9 @@ impl Engine {
         dst: usize,
         ctx: u32,
         tag: i32,
-        coop: bool,
+        exchange: bool,
     ) -> usize {
-        let (single_copy, fragment) = self.transport(len, dst, !coop);
+        let (single_copy, fragment) = self.transport(len, dst, exchange);
         if single_copy {
             self.stats.single_copy += 1;
         } else if len <= fragment {
@@ -634,7 +634,7 @@ impl Engine {
                 sent: if direct { len } else { 0 },
                 fragment,
                 single_copy,
-                coop,
+                exchange,
             },
             done: direct,
             status: Status {
@@ -781,7 +781,7 @@ impl Engine {
                         sent,
                         fragment,
                         single_copy,
-                        coop,
+                        exchange,
                         ..
                     },
                 ..
@@ -791,9 +791,10 @@ impl Engine {
             };
             if single_copy {
                 // A free copy slot lets the receiver share the copy with us; without one
-                // (all taken by messages not yet received) the receiver copies alone.
+                // (all taken by messages not yet received), or in an exchange, the receiver
+                // copies alone.
                 let free = !self.tx[dst].slots_busy & ((1u64 << shm::NSLOTS) - 1);
-                let slot = if free != 0 && coop && self.chunk != u64::MAX {
+                let slot = if free != 0 && !exchange && self.chunk != u64::MAX {
                     free.trailing_zeros() as usize
                 } else {
                     shm::NSLOTS
