@@ -381,7 +381,7 @@ unsafe fn ring_allreduce(
     };
     // One step: send block `out` (from `from`), receive block `inb`. Every rank receives at
     // every step, so single copies are left to the receivers (isend_solo).
-    let exchange = |e: &mut Engine, from: *const u8, out: usize, into: *mut u8, inb: usize| {
+    let ring_step = |e: &mut Engine, from: *const u8, out: usize, into: *mut u8, inb: usize| {
         let (s, r) = (block(out), block(inb));
         // Safety: both buffers outlive the two requests, which are waited for here; the
         // blocks sent and received are disjoint.
@@ -408,13 +408,13 @@ unsafe fn ring_allreduce(
         };
         match send {
             Some(own) => {
-                exchange(e, from, out, unsafe { base.add(r.start) }, inb)?;
+                ring_step(e, from, out, unsafe { base.add(r.start) }, inb)?;
                 // Safety: `own` holds acc.len() bytes (caller).
                 let mine = unsafe { std::slice::from_raw_parts(own.add(r.start), r.len()) };
                 ops::reduce(op, ty, &mut acc[r], mine);
             }
             None => {
-                let got = exchange(e, from, out, theirs.as_mut_ptr(), inb)?;
+                let got = ring_step(e, from, out, theirs.as_mut_ptr(), inb)?;
                 // A shorter block only comes from ranks passing different counts
                 // (erroneous): the rest is zeroed rather than read uninitialised.
                 unsafe { std::ptr::write_bytes(theirs.as_mut_ptr().add(got), 0, r.len() - got) };
@@ -428,7 +428,7 @@ unsafe fn ring_allreduce(
     for k in 0..n - 1 {
         let (out, inb) = ((pos + 1 + n - k) % n, (pos + n - k) % n);
         let at = block(inb).start;
-        exchange(e, base as *const u8, out, unsafe { base.add(at) }, inb)?;
+        ring_step(e, base as *const u8, out, unsafe { base.add(at) }, inb)?;
     }
     Ok(())
 }
