@@ -51,6 +51,10 @@ pub struct Args {
     /// e.g. 0,4,1,5 (PU OS indexes) or pu:0,core:2
     #[arg(long, value_name = "LIST")]
     pub pin: Option<String>,
+    /// Record the rounds done every MS milliseconds in workload.json (`progress`), to
+    /// measure speed over parts of the run
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub progress_ms: u64,
 }
 
 /// "4MiB", "512K", "1G", "1000000", "64KB": K/M/G and KiB/MiB/GiB are powers of 1024,
@@ -119,6 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     let mut spec = Spec::new(pattern, mode, tasks);
     spec.seconds = args.seconds;
+    spec.progress_ms = args.progress_ms;
     spec.region_bytes = parse_bytes(&args.bytes).map_err(bad_input)?;
     // Check the arguments before the (slow) topology load and before creating anything.
     workloads::Layout::new(pattern, tasks, spec.region_bytes).map_err(lib_error)?;

@@ -118,6 +118,62 @@ fn phase_change_writes_each_phase() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// --progress-ms samples the rounds done over the run, for both modes.
+#[test]
+fn progress_samples_rounds_over_the_run() {
+    for mode in ["--threads", "--processes"] {
+        let dir = tmp(&format!("progress{mode}"));
+        let d = dir.to_str().unwrap();
+        let w = json(&huddle(&[
+            "workload",
+            "ring",
+            mode,
+            "2",
+            "--seconds",
+            "0.5",
+            "--bytes",
+            "64KiB",
+            "--progress-ms",
+            "20",
+            "--out-dir",
+            d,
+            "--json",
+        ]));
+        let samples = w["progress"].as_array().expect("progress");
+        assert!(samples.len() >= 10, "{} samples in 0.5 s", samples.len());
+        let pair = |s: &serde_json::Value| (s[0].as_u64().unwrap(), s[1].as_u64().unwrap());
+        for k in 1..samples.len() {
+            let ((t0, r0), (t1, r1)) = (pair(&samples[k - 1]), pair(&samples[k]));
+            assert!(t1 >= t0 + 20_000_000 && r1 >= r0, "{mode}: {:?}", samples);
+        }
+        let (last_t, last_rounds) = pair(samples.last().unwrap());
+        assert_eq!(
+            last_rounds,
+            w["iterations"].as_u64().unwrap(),
+            "{mode}: the last sample is the end"
+        );
+        assert!(last_t >= w["start_monotonic_ns"].as_u64().unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // Without the option there is no progress field.
+    let dir = tmp("no-progress");
+    let w = json(&huddle(&[
+        "workload",
+        "ring",
+        "--threads",
+        "2",
+        "--seconds",
+        "0.1",
+        "--bytes",
+        "64KiB",
+        "--out-dir",
+        dir.to_str().unwrap(),
+        "--json",
+    ]));
+    assert!(w.get("progress").is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn fails(args: &[&str], code: i32, needle: &str) {
     let out = huddle(args);
     let err = String::from_utf8_lossy(&out.stderr);

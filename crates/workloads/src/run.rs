@@ -32,6 +32,8 @@ pub struct Spec {
     pub region_bytes: u64,
     /// Per task, the CPUs (OS indexes) it pins itself to before the first round.
     pub pin: Option<Vec<Vec<u32>>>,
+    /// Sample the rounds done this often (ms) into [`Report::progress`]; 0: never.
+    pub progress_ms: u64,
 }
 
 impl Spec {
@@ -43,6 +45,7 @@ impl Spec {
             seconds: DEFAULT_SECONDS,
             region_bytes: DEFAULT_REGION_BYTES,
             pin: None,
+            progress_ms: 0,
         }
     }
 }
@@ -85,6 +88,10 @@ pub struct Report {
     pub phase_switch_monotonic_ns: Option<u64>,
     /// Wall-clock time of the start (Unix epoch, ns).
     pub start_unix_ns: u64,
+    /// With --progress-ms: [CLOCK_MONOTONIC ns, rounds done] every that many ms, to measure
+    /// speed over parts of a run (bench/detect compares windows with and without re-arming).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub progress: Vec<[u64; 2]>,
     /// Bytes moved between tasks over the whole run, both directions added (ground-truth.csv).
     #[serde(skip)]
     pub matrix: CommMatrix,
@@ -162,12 +169,27 @@ pub fn run(spec: &Spec) -> Result<Report, WorkloadError> {
     let plans: Vec<Plan> = (0..spec.tasks)
         .map(|t| Plan::new(&layout, t, spec.pin.as_ref().map(|p| p[t].as_slice())))
         .collect();
-    let failure = if processes {
-        run_processes(&shared, plans)?
-    } else {
-        run_threads(&shared, plans)?
-    };
-    let report = report(spec, &layout, &control, salt);
+    let mut progress = Vec::new();
+    let ended = std::sync::atomic::AtomicBool::new(false);
+    let failure = std::thread::scope(|s| {
+        let sampler = (spec.progress_ms > 0).then(|| {
+            let (control, ended) = (&control, &ended);
+            let every = std::time::Duration::from_millis(spec.progress_ms);
+            s.spawn(move || sample_progress(control, ended, every))
+        });
+        let failure = if processes {
+            run_processes(&shared, plans)
+        } else {
+            run_threads(&shared, plans)
+        };
+        ended.store(true, Ordering::Release);
+        if let Some(h) = sampler {
+            progress = h.join().unwrap_or_default();
+        }
+        failure
+    })?;
+    let mut report = report(spec, &layout, &control, salt);
+    report.progress = progress;
     if let Some(reason) = failure {
         return Err(WorkloadError::TaskFailed {
             reason,
@@ -185,6 +207,24 @@ pub fn run(spec: &Spec) -> Result<Report, WorkloadError> {
         }
     }
     Ok(report)
+}
+
+/// Rounds task 0 has done, every `every`, until the run ends. Rounds are in lockstep (a
+/// barrier ends each), so task 0 speaks for all.
+fn sample_progress(
+    control: &Control,
+    ended: &std::sync::atomic::AtomicBool,
+    every: std::time::Duration,
+) -> Vec<[u64; 2]> {
+    let mut samples = Vec::new();
+    loop {
+        let over = ended.load(Ordering::Acquire);
+        samples.push([shm::mono_ns(), control.rounds(0).load(Ordering::Acquire)]);
+        if over {
+            return samples;
+        }
+        std::thread::sleep(every);
+    }
 }
 
 /// The first task that failed on its own (not because a partner's failure aborted it).
@@ -423,6 +463,7 @@ fn report(spec: &Spec, layout: &Layout, control: &Control, salt: u64) -> Report 
         start_monotonic_ns: start,
         phase_switch_monotonic_ns: switch_ns,
         start_unix_ns: now_unix.saturating_sub(now_mono.saturating_sub(start)),
+        progress: Vec::new(),
         matrix,
         phase_matrices,
     }
