@@ -294,6 +294,10 @@ static HOLD: AtomicBool = AtomicBool::new(false);
 /// The private page being dropped right now (0: none).
 static DROPPING: AtomicU64 = AtomicU64::new(0);
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+/// First touches of private pages the fault thread resolved: when it moves, pages became
+/// present that the re-arm thread's index lacks (a new phase's memory; without this it
+/// waited for the next scan, up to a second, re-arming only pages no longer used).
+static FIRST_TOUCHES: AtomicU64 = AtomicU64::new(0);
 /// Our userfaultfd offers UFFDIO_MOVE.
 static UFFD_CAN_MOVE: AtomicBool = AtomicBool::new(false);
 
@@ -964,6 +968,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 }
                 if slot.is_none() {
                     // First touch, not a re-armed page: the detector sees it through perf.
+                    FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
                     let mut rg = range;
                     uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
                     return true;
@@ -1036,7 +1041,8 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
         let view = helper_prologue(st);
         let mut period = st.interval_ms as u64 * 1_000_000;
         let started = monotonic_ns();
-        let (mut last, mut last_scan) = (started, 0);
+        let (mut last, mut last_scan, mut last_index) = (started, 0, 0);
+        let mut indexed_touches = 0;
         loop {
             let ts = libc::timespec {
                 tv_sec: (period / 1_000_000_000) as libc::time_t,
@@ -1055,10 +1061,16 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             } else {
                 10 * SCAN_NS
             };
+            let touches = FIRST_TOUCHES.load(Ordering::Relaxed);
             if now - last_scan >= every || changed || (st.nregions == 0 && now - started < SCAN_NS)
             {
                 last_scan = now;
+                indexed_touches = touches;
                 scan_maps(st, &view);
+            } else if touches != indexed_touches && now - last_index >= SCAN_NS {
+                last_index = now;
+                indexed_touches = touches;
+                index_present(st);
             }
             view.header().ticks.fetch_add(1, Ordering::Relaxed);
             expire(st, now);
@@ -1083,6 +1095,9 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             let shortest = st.interval_ms as u64 * 1_000_000;
             period = ((PAGES_PER_WAKE * 1e9 / per_s) as u64).clamp(shortest, SCAN_NS.max(shortest));
             st.budget = (st.budget + per_s * dt).min(per_s); // at most one second's worth
+            if view.header().paused.load(Ordering::Relaxed) != 0 {
+                st.budget = 0.0;
+            }
             let n = st.budget as u64;
             st.budget -= n as f64;
             // All of it at random among the mapped pages, as CDSM samples. Giving half to

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
     sharing, see docs/detect.md) and write the N x N symmetric matrix over its tasks \
     (threads, or processes with --processes), in the order they appeared. The program's \
     results are unchanged; its exit status is passed on (128+N when killed by signal N; \
-    127 when CMD is not found). If it crashes, the matrix so far is still written."
+    127 when CMD is not found). If it crashes, the matrix so far is still written. \
+    SIGUSR1 sent to huddle pauses the agent's re-arming (only first touches are seen \
+    then), SIGUSR2 resumes it."
 )]
 pub struct Args {
     /// Matrix CSV; the task table goes to OUT.tasks.csv and everything as JSON to OUT.json
@@ -48,9 +50,14 @@ pub struct Args {
     /// Fraction of the program's mapped pages the agent re-arms per second (CDSM: 0.01)
     #[arg(long, value_name = "F", default_value_t = detect::DEFAULT_REARM_RATE)]
     pub rearm_rate: f64,
-    /// Pages per second the agent re-arms at least (small programs have few pages)
+    /// Pages per second the agent re-arms at least (small programs have few pages) for the
+    /// first 1.5 s and for 1 s after the pattern changed
     #[arg(long, value_name = "N", default_value_t = detect::DEFAULT_REARM_FLOOR)]
     pub rearm_floor: u32,
+    /// Pages per second at least while the pattern holds (each re-armed page costs the
+    /// program tens of microseconds)
+    #[arg(long, value_name = "N", default_value_t = detect::DEFAULT_STEADY_FLOOR)]
+    pub steady_floor: u32,
     /// Do not re-arm private anonymous memory (userfaultfd write-protect)
     #[arg(long)]
     pub no_private: bool,
@@ -101,6 +108,7 @@ fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    detect::signals::install_pause();
     if !(args.rearm_rate.is_finite() && (0.0..=1.0).contains(&args.rearm_rate)) {
         return Err(bad_input(format!(
             "--rearm-rate {}: must be between 0 and 1",
@@ -127,6 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         library: crate::agent::library(),
         rearm_rate: args.rearm_rate,
         rearm_floor: args.rearm_floor,
+        steady_floor: args.steady_floor,
         interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
         private_memory: !args.no_private,
     });
@@ -184,11 +193,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut snaps = Vec::new();
     let min_share = if args.all_tasks { 0.0 } else { args.min_share };
     let exit = loop {
-        s.wait(Duration::from_millis(20).min(period));
+        s.wait(Duration::from_millis(100).min(period));
         s.poll();
         let sig = detect::signals::take();
         if sig != 0 {
             s.signal(sig);
+        }
+        if let Some(paused) = detect::signals::take_pause() {
+            s.set_paused(paused);
         }
         if started.elapsed() >= next_snap {
             next_snap += period;

@@ -104,6 +104,7 @@ fn detect_config(c: &Common, agent: bool) -> detect::Config {
             library: crate::agent::library(),
             rearm_rate: detect::DEFAULT_REARM_RATE,
             rearm_floor: detect::DEFAULT_REARM_FLOOR,
+            steady_floor: detect::DEFAULT_STEADY_FLOOR,
             interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
             private_memory: true,
         }),

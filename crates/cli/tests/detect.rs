@@ -217,7 +217,14 @@ fn agent_keeps_memory_intact(saved_by: &str) {
             "HUDDLE_AGENT_MOVE",
             if saved_by == "move" { "1" } else { "0" },
         )
-        .args(["detect", "--rearm-floor", "10000", "--out"])
+        .args([
+            "detect",
+            "--rearm-floor",
+            "10000",
+            "--steady-floor",
+            "10000",
+            "--out",
+        ])
         .arg(d.join("m.csv"))
         .arg("--")
         .arg(&bin)
@@ -246,6 +253,46 @@ fn agent_keeps_memory_intact_when_moving_pages() {
 #[test]
 fn agent_keeps_memory_intact_when_copying_pages() {
     agent_keeps_memory_intact("copy");
+}
+
+/// SIGUSR1 pauses re-arming: after it, the agent takes out only what one tick had in hand.
+#[test]
+fn sigusr1_pauses_rearming_and_sigusr2_resumes_it() {
+    let d = tmp("pause");
+    let run = |signals: &[(u64, i32)], name: &str| {
+        let mut c = Command::new(huddle());
+        c.env("HUDDLE_AGENT", agent())
+            .args(["detect", "--rearm-floor", "1000", "--steady-floor", "1000"])
+            .arg("--out")
+            .arg(d.join(format!("{name}.csv")))
+            .args(["--", huddle(), "workload", "ring", "--threads", "2"])
+            .args(["--seconds", "3", "--out-dir"])
+            .arg(d.join(name))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = c.spawn().expect("huddle runs");
+        for &(at_ms, sig) in signals {
+            std::thread::sleep(std::time::Duration::from_millis(at_ms));
+            // SAFETY: kill has no memory preconditions; the child is ours and alive.
+            unsafe { libc::kill(child.id() as i32, sig) };
+        }
+        assert!(child.wait().expect("huddle exits").success());
+        let stats = &json(&d.join(format!("{name}.json")))["stats"];
+        stats["rearmed_private"].as_u64().expect("rearmed_private")
+    };
+    // Paused from 0.5 s to the end (3 s and more), against paused from 0.5 s to 1.5 s.
+    let paused = run(&[(500, libc::SIGUSR1)], "paused");
+    let resumed = run(&[(500, libc::SIGUSR1), (1000, libc::SIGUSR2)], "resumed");
+    assert!(paused > 0, "re-arming ran before the pause");
+    // At 1000 pages/s, 0.5 s of re-arming plus a second's budget in hand at most.
+    assert!(
+        paused < 1600,
+        "paused after 0.5 s yet {paused} pages re-armed"
+    );
+    assert!(
+        resumed > paused + 500,
+        "resumed after 1.5 s: {resumed} re-armed, paused for good: {paused}"
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@ fn main() {
             library: agent.into(),
             rearm_rate: 0.01,
             rearm_floor: detect::DEFAULT_REARM_FLOOR,
+            steady_floor: detect::DEFAULT_STEADY_FLOOR,
             interval_ms: 10,
             private_memory: true,
         });

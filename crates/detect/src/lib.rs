@@ -41,6 +41,7 @@
 //! program first-touches memory fast, so the per-CPU rings (`Config::ring_pages`) do not
 //! overflow. Lost records are counted in `Stats::perf_lost`, never hidden.
 
+pub mod budget;
 pub mod perf;
 pub mod procmaps;
 pub mod ring;
@@ -51,5 +52,5 @@ pub mod signals;
 pub use session::{
     resolve_program, AgentConfig, Config, DetectError, Granularity, Session, SourceStatus, Stats,
     Target, TargetExit, TaskInfo, DEFAULT_AGENT_INTERVAL_MS, DEFAULT_REARM_FLOOR,
-    DEFAULT_REARM_RATE,
+    DEFAULT_REARM_RATE, DEFAULT_STEADY_FLOOR,
 };

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 
@@ -57,6 +57,9 @@ pub struct Header {
     pub fault_cpu_ns: AtomicU64,
     /// Written by the detector: the program's live agents (shared pages count once).
     pub live_agents: AtomicU64,
+    /// Written by the detector: nonzero while re-arming is paused (`huddle detect` got
+    /// SIGUSR1); the agent then takes no pages out until it is zero again.
+    pub paused: AtomicU64,
 }
 
 /// A fault the agent resolved itself: task `tid` touched `addr` at `time` (CLOCK_MONOTONIC ns).

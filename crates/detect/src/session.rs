@@ -1,5 +1,6 @@
 //! A detection session on one target: spawn or attach, poll events, read the matrix.
 
+use crate::budget::Budget;
 use crate::perf::{self, PerfSource, Record};
 use crate::procmaps::{self, Vma};
 use crate::ring::{self, RingView};
@@ -34,11 +35,14 @@ pub enum Granularity {
 
 /// Default re-arm budget: CDSM's 1 % of the program's pages per second...
 pub const DEFAULT_REARM_RATE: f64 = 0.01;
-/// ... but at least this many pages per second. On the 2-core VM, 300 kept every
-/// communicating pattern at 8 tasks at r >= 0.93 and put the steady detection CPU of ring
-/// x2/x8 under 1 % (500: 1.1-1.4 % for threads); the phase-change delay was as noisy at 300
-/// as at 500 (medians 0.4-1.0 s over 7 runs each).
+/// ... but at least this many pages per second while the pattern is new or changing
+/// ([`crate::budget`]). On the 2-core VM, 300 kept every communicating pattern at 8 tasks at
+/// r >= 0.93 and the phase-change delay at a median 0.2-0.3 s (a fixed 75: over 2 s in 4
+/// of 7 runs) ...
 pub const DEFAULT_REARM_FLOOR: u32 = 300;
+/// ... and this many once it holds: bench/detect measured one re-armed private page to cost
+/// the ring workload 44-71 us of its time here, so a fixed 300 pages/s took about 2 %.
+pub const DEFAULT_STEADY_FLOOR: u32 = 75;
 /// Agent wake-up period (CDSM: 10 ms).
 pub const DEFAULT_AGENT_INTERVAL_MS: u32 = 10;
 
@@ -49,8 +53,11 @@ pub struct AgentConfig {
     pub library: PathBuf,
     /// Fraction of eligible pages re-armed per second (CDSM: 0.01).
     pub rearm_rate: f64,
-    /// Re-armed pages per second at least (small programs have few pages).
+    /// Re-armed pages per second at least (small programs have few pages) at the start and
+    /// after the pattern changed ...
     pub rearm_floor: u32,
+    /// ... and while it holds (see [`crate::budget`]).
+    pub steady_floor: u32,
     /// Helper wake-up period (CDSM: 10 ms).
     pub interval_ms: u32,
     /// Also re-arm private anonymous memory (userfaultfd drop and restore; see the agent).
@@ -144,6 +151,9 @@ pub struct Stats {
     pub agent_errors: u64,
     pub candidate_pages: u64,
     pub agents: usize,
+    /// The program-wide re-arm floor now (pages/s), and how often a pattern change raised it.
+    pub rearm_floor: u64,
+    pub floor_boosts: u64,
     /// CPU seconds of the detector itself (this process) and of the agents' helper threads
     /// (inside the target); the target's own CPU seconds once it ended (spawned targets
     /// only), helpers included.
@@ -202,6 +212,10 @@ const MIN_FLOOR_SHARE: u64 = 16;
 pub struct Session {
     /// Program-wide re-arm floor (pages/s) shared among the agents; 0 without an agent.
     agent_floor: u64,
+    /// Chooses that floor from how new the recent events are; None without an agent.
+    budget: Option<Budget>,
+    /// Re-arming paused in every agent (see [`Session::set_paused`]).
+    paused: bool,
     pid: i32,
     spawned: bool,
     exit: Option<TargetExit>,
@@ -319,6 +333,11 @@ impl Session {
         }
         let mut s = Session {
             agent_floor: cfg.agent.as_ref().map_or(0, |a| a.rearm_floor as u64),
+            budget: cfg
+                .agent
+                .as_ref()
+                .map(|a| Budget::new(a.rearm_floor as u64, a.steady_floor as u64, monotonic_ns())),
+            paused: false,
             pid: 0,
             spawned: false,
             exit: None,
@@ -484,12 +503,14 @@ impl Session {
                 name: "agent (extra faults)".into(),
                 active: true,
                 note: format!(
-                    "{} preloaded: re-arms max({:.2}% of eligible pages, {} pages)/s every {} ms; shared \
+                    "{} preloaded: re-arms max({:.2}% of eligible pages, {} pages)/s ({} while the \
+                     pattern holds) every {} ms; shared \
                      mappings by dropping PTEs (reads and writes fault), private anonymous memory \
                      {}{}",
                     a.library.display(),
                     a.rearm_rate * 100.0,
                     a.rearm_floor,
+                    a.steady_floor,
                     a.interval_ms,
                     if a.private_memory {
                         "by userfaultfd: dropped after being copied aside, put back on the next \
@@ -733,6 +754,13 @@ impl Session {
             }
         }
         self.batch = batch;
+        if let Some(b) = self.budget.as_mut() {
+            let floor = b.floor(self.poll_ns);
+            if floor != self.agent_floor {
+                self.agent_floor = floor;
+                self.share_floor();
+            }
+        }
         n
     }
 
@@ -774,6 +802,21 @@ impl Session {
         for r in live {
             r.view.header().floor_share.store(share, Relaxed);
             r.view.header().live_agents.store(n, Relaxed);
+            r.view.header().paused.store(self.paused as u64, Relaxed);
+        }
+    }
+
+    /// Pauses or resumes re-arming in every agent, those that appear later included. While
+    /// paused, the program runs as if detection were only watching (first-touch faults are
+    /// still counted); the agents take no pages out and put back those out within 250 ms.
+    /// Used to measure what re-arming costs inside one run (bench/detect).
+    pub fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+        for r in self.rings.values() {
+            r.view
+                .header()
+                .paused
+                .store(paused as u64, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -850,9 +893,13 @@ impl Session {
         let key = self.key(pid, addr);
         let t32 = t as u32;
         let counts = &mut self.counts;
+        let budget = &mut self.budget;
         let mut events = 0;
         self.table.record(key, t32, |q| {
             let q = q as usize;
+            if let Some(b) = budget.as_mut() {
+                b.event(t, q);
+            }
             for (a, b) in [(t, q), (q, t)] {
                 let row = &mut counts[a];
                 if row.len() <= b {
@@ -943,6 +990,8 @@ impl Session {
             table_slots: self.table.slots(),
             table_evictions: self.table.evictions,
             agents: self.rings.len(),
+            rearm_floor: self.agent_floor,
+            floor_boosts: self.budget.as_ref().map_or(0, |b| b.boosts),
             target_cpu_s: self.target_cpu_s,
             ..Stats::default()
         };
