@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const REPS: usize = 5;
-const SECONDS: &str = "1.5";
+const SECONDS: &str = "3";
 
 fn huddle() -> PathBuf {
     std::env::var_os("HUDDLE")
