@@ -130,6 +130,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if !(args.seconds.is_finite() && (0.0..=workloads::MAX_SECONDS).contains(&args.seconds)) {
         return Err(lib_error(WorkloadError::Seconds(args.seconds)));
     }
+    // Samples are kept in memory (16 bytes each) until the end.
+    if args.progress_ms > 0 && args.seconds * 1000.0 / args.progress_ms as f64 > 1e7 {
+        return Err(bad_input(format!(
+            "--progress-ms {} over {} s would keep more than 10 million samples",
+            args.progress_ms, args.seconds
+        )));
+    }
     if let Some(list) = &args.pin {
         spec.pin = Some(parse_pin(list)?);
     }

@@ -200,6 +200,22 @@ fn bad_input_exits_2_with_one_line() {
         "huddle: unknown pattern 'stars' (valid: pairs, ring, distant-pairs",
     );
     fails(
+        &[
+            "workload",
+            "pairs",
+            "--threads",
+            "2",
+            "--seconds",
+            "100000",
+            "--progress-ms",
+            "1",
+            "--out-dir",
+            d,
+        ],
+        2,
+        "huddle: --progress-ms 1 over 100000 s would keep more than 10 million samples",
+    );
+    fails(
         &w(&["pairs", "--threads", "1"]),
         2,
         "huddle: pairs with 1 tasks: needs at least 2",

@@ -2,7 +2,7 @@
 //! pattern is new or changing, few once it is known.
 //!
 //! Re-arming is what detection costs the program. On the 2-core KVM guest one private page
-//! taken out and faulted back in cost the `ring` workload 44-71 us of its time (bench/detect
+//! taken out and faulted back in cost the `ring` workload 29-71 us of its time (bench/detect
 //! measures it; /proc/interrupts counted 0.6 TLB-shootdown and 1.6 function-call IPIs per
 //! page), so a fixed 300 pages/s took about 2 % from a program of two threads. The events are needed most at the start and after a phase change; in between
 //! they only confirm what the matrix already says. So the floor is `high` for the first

@@ -41,7 +41,7 @@ pub const DEFAULT_REARM_RATE: f64 = 0.01;
 /// of 7 runs) ...
 pub const DEFAULT_REARM_FLOOR: u32 = 300;
 /// ... and this many once it holds: bench/detect measured one re-armed private page to cost
-/// the ring workload 44-71 us of its time here, so a fixed 300 pages/s took about 2 %.
+/// the ring workload 29-71 us of its time here, so a fixed 300 pages/s took about 2 %.
 pub const DEFAULT_STEADY_FLOOR: u32 = 75;
 /// Agent wake-up period (CDSM: 10 ms).
 pub const DEFAULT_AGENT_INTERVAL_MS: u32 = 10;
