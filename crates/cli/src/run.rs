@@ -63,7 +63,8 @@ pub struct Common {
     the previous interval's proposal, costed on the new matrix, would gain that too. The \
     interval adapts (100 ms, +50 ms while stable, halved after a change, 50 ms..2 s) and the \
     matrix ages after each migration (M -= M >> 2). Returns the program's exit status; SIGINT \
-    and SIGTERM sent to huddle are passed on. If huddle is killed the program runs on."
+    and SIGTERM sent to huddle are passed on; SIGUSR1 pauses the agent's extra faults and \
+    SIGUSR2 resumes them. If huddle is killed the program runs on."
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -220,6 +221,7 @@ fn preload(lib: &std::path::Path) {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    detect::signals::install_pause();
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     // A missing program is reported by the session below (exit 127).
     if args.common.policy == "simmer" && detect::resolve_program(program).is_some() {
@@ -266,6 +268,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 }
 
 pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
+    detect::signals::install_pause();
     if args.common.policy == "simmer" {
         return Err(bad_input(
             "--policy simmer needs the PMPI agent preloaded into the ranks: start the program with `huddle run`",

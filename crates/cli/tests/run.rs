@@ -132,6 +132,58 @@ fn sigterm_to_huddle_reaches_the_program() {
     );
 }
 
+/// SIGUSR1 pauses the extra faults (events stop once the pages out are back), SIGUSR2 resumes
+/// them; neither ends huddle or reaches the program.
+#[test]
+fn sigusr1_pauses_extra_faults_and_sigusr2_resumes_them() {
+    let d = scratch("pause");
+    let report = d.join("report");
+    let child = huddle()
+        .args(["run", "--quiet", "--report"])
+        .arg(&report)
+        .args([
+            "--",
+            env!("CARGO_BIN_EXE_huddle"),
+            "workload",
+            "ring",
+            "--threads",
+            "2",
+        ])
+        .args(["--seconds", "5", "--out-dir"])
+        .arg(d.join("wl"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    for (wait_ms, sig) in [(1000, libc::SIGUSR1), (2000, libc::SIGUSR2)] {
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, sig) };
+    }
+    let st = wait_for(child, Duration::from_secs(60));
+    assert_eq!(st.code(), Some(0), "huddle and the workload went on");
+    let text = std::fs::read_to_string(report.join("samples.json")).expect("samples.json");
+    let samples: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let events_in = |from: f64, to: f64| -> u64 {
+        samples
+            .as_array()
+            .expect("samples")
+            .iter()
+            .filter(|s| (from..to).contains(&s["t"].as_f64().unwrap()))
+            .map(|s| s["events"].as_u64().unwrap())
+            .sum()
+    };
+    // Paused from about 1 s to 3 s after the start; pages out come back within 250 ms.
+    let (before, paused, resumed) = (
+        events_in(0.0, 1.0),
+        events_in(1.8, 2.8),
+        events_in(3.5, 9.0),
+    );
+    assert!(before > 50, "extra faults before the pause: {before}");
+    assert!(paused <= 20, "{paused} events while paused");
+    assert!(resumed > 20, "extra faults after SIGUSR2: {resumed}");
+}
+
 #[test]
 fn the_program_survives_when_huddle_is_killed() {
     let dir = scratch("survive");

@@ -65,6 +65,10 @@ impl Observer for Detected {
         self.session.stats().agent_cpu_s
     }
 
+    fn set_paused(&mut self, paused: bool) {
+        self.session.set_paused(paused);
+    }
+
     fn lost(&self) -> u64 {
         let s = self.session.stats();
         s.perf_lost + s.agent_dropped

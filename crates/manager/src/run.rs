@@ -59,6 +59,8 @@ pub trait Observer {
     fn agent_cpu_s(&self) -> f64 {
         0.0
     }
+    /// Pauses or resumes the extra faults (huddle got SIGUSR1 / SIGUSR2).
+    fn set_paused(&mut self, _paused: bool) {}
 }
 
 /// Options of one managed run.
@@ -136,6 +138,9 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         let mut events = 0;
         while Instant::now() < wake && exit.is_none() {
             forward_signal(obs.pid());
+            if let Some(paused) = detect::signals::take_pause() {
+                obs.set_paused(paused);
+            }
             exit = obs.try_wait();
             if exit.is_none() && !obs.alive() {
                 break;
