@@ -34,6 +34,13 @@ pub struct Common {
     /// Bytes per detection block (power of two)
     #[arg(long, default_value_t = 256, value_name = "BYTES")]
     pub block_size: u64,
+    /// Pages per second the agent re-arms at least for the first 1.5 s and for 1 s after the
+    /// pattern changed (as in `huddle detect`)
+    #[arg(long, default_value_t = detect::DEFAULT_REARM_FLOOR, value_name = "N")]
+    pub rearm_floor: u32,
+    /// Pages per second at least while the pattern holds
+    #[arg(long, default_value_t = detect::DEFAULT_STEADY_FLOOR, value_name = "N")]
+    pub steady_floor: u32,
     /// Treat each process, not each thread, as one task (for multi-process programs)
     #[arg(long)]
     pub processes: bool,
@@ -105,8 +112,8 @@ fn detect_config(c: &Common, agent: bool) -> detect::Config {
         agent: agent.then(|| detect::AgentConfig {
             library: crate::agent::library(),
             rearm_rate: detect::DEFAULT_REARM_RATE,
-            rearm_floor: detect::DEFAULT_REARM_FLOOR,
-            steady_floor: detect::DEFAULT_STEADY_FLOOR,
+            rearm_floor: c.rearm_floor,
+            steady_floor: c.steady_floor,
             interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
             private_memory: true,
         }),
