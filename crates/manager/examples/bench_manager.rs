@@ -44,6 +44,20 @@ fn workload_args_for(
     ]
 }
 
+/// `huddle run --quiet --report REPORT -- WORKLOAD...`
+fn managed_args(report: &Path, workload: Vec<String>) -> Vec<String> {
+    let mut args = vec![
+        huddle().display().to_string(),
+        "run".into(),
+        "--quiet".into(),
+        "--report".into(),
+        report.display().to_string(),
+        "--".into(),
+    ];
+    args.extend(workload);
+    args
+}
+
 fn run_json(args: &[String]) -> Value {
     let out = Command::new(&args[0])
         .args(&args[1..])
@@ -205,15 +219,7 @@ fn main() {
             let m_out = dir.join(format!("{pattern}-{mode}-{rep}-managed"));
             let r_out = dir.join(format!("{pattern}-{mode}-{rep}-report"));
             let p = run_json(&workload_args(pattern, mode, 8, &p_out));
-            let mut args = vec![
-                huddle().display().to_string(),
-                "run".into(),
-                "--quiet".into(),
-                "--report".into(),
-                r_out.display().to_string(),
-                "--".into(),
-            ];
-            args.extend(workload_args(pattern, mode, 8, &m_out));
+            let args = managed_args(&r_out, workload_args(pattern, mode, 8, &m_out));
             let m = run_json(&args);
             let tp = p["iterations_per_second_total"].as_f64().unwrap_or(0.0);
             let tm = m["iterations_per_second_total"].as_f64().unwrap_or(0.0);
@@ -293,15 +299,7 @@ fn steady_state(dir: &Path) {
     ] {
         let w_out = dir.join(format!("steady-{pattern}-{mode}-{n}"));
         let r_out = dir.join(format!("steady-{pattern}-{mode}-{n}-report"));
-        let mut args = vec![
-            huddle().display().to_string(),
-            "run".into(),
-            "--quiet".into(),
-            "--report".into(),
-            r_out.display().to_string(),
-            "--".into(),
-        ];
-        args.extend(workload_args_for(pattern, mode, n, "10", &w_out));
+        let args = managed_args(&r_out, workload_args_for(pattern, mode, n, "10", &w_out));
         run_json(&args);
         let run = RunData::load(&r_out).expect("run directory");
         let own = run.info.target_cpu_s - run.info.agent_cpu_s;
@@ -346,7 +344,7 @@ fn interleaved(dir: &Path, floor: Option<u32>) -> Vec<f64> {
         let sig = if paused { libc::SIGUSR1 } else { libc::SIGUSR2 };
         // SAFETY: kill has no memory preconditions; the child is ours.
         unsafe { libc::kill(child.id() as i32, sig) };
-        toggles.push((monotonic_ns(), paused));
+        toggles.push((simmer::board::monotonic_ns(), paused));
         std::thread::sleep(std::time::Duration::from_millis(400));
     }
     let text = std::fs::read_to_string(w_out.join("workload.json")).expect("workload.json");
@@ -375,16 +373,6 @@ fn interleaved(dir: &Path, floor: Option<u32>) -> Vec<f64> {
         }
     }
     ratios
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Mean and 95 % interval half-width.
