@@ -1,5 +1,6 @@
 //! Prints a PMPI board as JSON (one snapshot), or its rank matrix as CSV with --matrix.
 //! Usage: board PATH [--matrix]
+use std::io::Write;
 use std::path::Path;
 
 fn main() {
@@ -15,15 +16,22 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if args.iter().any(|a| a == "--matrix") {
-        print!("{}", snap.rank_matrix().to_csv());
+    let text = if args.iter().any(|a| a == "--matrix") {
+        snap.rank_matrix().to_csv()
     } else {
         match serde_json::to_string_pretty(&snap) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => s + "\n",
             Err(e) => {
                 eprintln!("board: {e}");
                 std::process::exit(1);
             }
+        }
+    };
+    // A reader that stops early (`| head`, `grep -q`) is not an error worth a panic.
+    if let Err(e) = std::io::stdout().write_all(text.as_bytes()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("board: writing stdout: {e}");
+            std::process::exit(1);
         }
     }
 }

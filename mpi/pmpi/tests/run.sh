@@ -123,7 +123,8 @@ for impl in "${impls[@]}"; do
   else
     fail "$impl: crashing rank: exit $rc"
   fi
-  if "$board_reader" "$HUDDLE_BOARD" | grep -q '"alive": false'; then
+  # Read the whole snapshot first: grep -q stops reading at its first match.
+  if "$board_reader" "$HUDDLE_BOARD" >"$work/board.json" && grep -q '"alive": false' "$work/board.json"; then
     pass "$impl: the board reader reports the crashed rank as not alive"
   else
     fail "$impl: crashed rank not reported dead on the board"
