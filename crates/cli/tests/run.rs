@@ -322,8 +322,16 @@ fn report_files_are_private_and_the_result_is_unchanged() {
     ] {
         assert_eq!(mode(report.join(f)), 0o600, "{f}");
     }
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("run.json")).unwrap()).unwrap();
+    // The extra faults ran (the 300 pages/s start floor covers this whole half second).
+    assert!(
+        info["rearmed_pages"].as_u64().expect("rearmed_pages") > 0,
+        "run.json: {info}"
+    );
     let page = std::fs::read_to_string(report.join("index.html")).unwrap();
     assert!(page.contains("<svg"));
+    assert!(page.contains("pages re-armed for extra faults"));
     // `huddle report` renders it again from the raw data.
     std::fs::remove_file(report.join("index.html")).unwrap();
     let again = run(&["report", &report.display().to_string()]);

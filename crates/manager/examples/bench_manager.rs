@@ -211,7 +211,7 @@ fn main() {
     .map(|p| (*p, "threads"))
     .chain([("distant-pairs", "processes"), ("ring", "processes")])
     .collect();
-    for (pattern, mode) in cases {
+    for &(pattern, mode) in &cases {
         let (mut plain, mut managed, mut ratios, mut cpu) = (vec![], vec![], vec![], vec![]);
         let mut qs: Vec<Quality> = Vec::new();
         for rep in 0..REPS {
@@ -274,65 +274,52 @@ fn main() {
     println!("below 1 happens because the live mapping balanced the workload's idle launcher thread too (9");
     println!("tasks over the PUs) while the reference maps the 8 workers alone; the ground truth only scores");
     println!("the 8 workers, so an uneven worker split can score lower.");
-    steady_state(&dir);
-    interleaved_section(&dir);
+    overhead_section(&dir, &cases);
     println!("\nNot measured here: the end-to-end speed-up of placement over plain, compact and scatter runs");
     println!("needs a machine with several cache domains; this VM has one L3 and no device machine was lent");
     println!("to this session.");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The short runs above spend half their time in the first 1.5 s, when detection re-arms
-/// 300 pages/s; 10 s runs show what huddle costs once the pattern is known.
-fn steady_state(dir: &Path) {
-    println!(
-        "\nSteady state (one managed run of 10 s each): CPU time of huddle itself and of its agents' \
-         helper threads, as shares of the program's own CPU time. What the re-armed pages cost the \
-         program beyond that CPU is measured by bench/detect (same detection code).\n"
-    );
-    for (pattern, mode, n) in [
-        ("ring", "threads", 2),
-        ("ring", "threads", 8),
-        ("pipeline", "threads", 8),
-        ("master-worker", "threads", 8),
-        ("ring", "processes", 8),
-    ] {
-        let w_out = dir.join(format!("steady-{pattern}-{mode}-{n}"));
-        let r_out = dir.join(format!("steady-{pattern}-{mode}-{n}-report"));
-        let args = managed_args(&r_out, workload_args_for(pattern, mode, n, "10", &w_out));
-        run_json(&args);
-        let run = RunData::load(&r_out).expect("run directory");
-        let own = run.info.target_cpu_s - run.info.agent_cpu_s;
-        println!(
-            "- {pattern}, {mode}, {n} tasks: huddle {:.2}%, agents {:.2}% ({:.3} s and {:.3} s of {:.1} s)",
-            100.0 * run.info.huddle_cpu_s / own,
-            100.0 * run.info.agent_cpu_s / own,
-            run.info.huddle_cpu_s,
-            run.info.agent_cpu_s,
-            own
-        );
+/// What one re-armed page costs the program, from a managed run whose extra faults huddle
+/// switches on and off (SIGUSR1 / SIGUSR2) every 0.4 s.
+struct OnOff {
+    /// Each on window's rounds per second over the mean of the off windows either side.
+    ratios: Vec<f64>,
+    /// Re-armed pages per second while the extra faults were on.
+    on_rate: f64,
+}
+
+impl OnOff {
+    /// Microseconds of program time per re-armed page: mean and 95 % interval.
+    fn cost_us(&self) -> (f64, f64, f64) {
+        let (m, c) = mean_ci(&self.ratios);
+        let us = |r: f64| (1.0 - r) / self.on_rate * 1e6;
+        (us(m), us(m + c).max(0.0), us(m - c))
     }
 }
 
-/// Rounds per second of ring x8 threads under `huddle run` in windows with the extra faults
-/// on, each over the mean of the off windows either side, in one 60 s run: huddle is sent
-/// SIGUSR1 / SIGUSR2 every 0.4 s; the first 0.15 s of each window is skipped. `floor`: both
-/// re-arm floors, or None for the defaults.
-fn interleaved(dir: &Path, floor: Option<u32>) -> Vec<f64> {
-    let tag = floor.map_or("default".to_string(), |f| f.to_string());
-    let w_out = dir.join(format!("inter-{tag}"));
-    let mut args = vec!["run".to_string(), "--quiet".into()];
+/// One managed run of `pattern` for `seconds` with `--progress-ms 25`; huddle is sent
+/// SIGUSR1 / SIGUSR2 every 0.4 s from 1 s on; the first 0.15 s of each window is skipped.
+/// `floor`: both re-arm floors, or None for the defaults.
+fn interleaved(dir: &Path, pattern: &str, mode: &str, seconds: &str, floor: Option<u32>) -> OnOff {
+    let tag = format!(
+        "inter-{pattern}-{mode}-{}",
+        floor.map_or("default".to_string(), |f| f.to_string())
+    );
+    let w_out = dir.join(&tag);
+    let r_out = dir.join(format!("{tag}-report"));
+    let mut args = managed_args(&r_out, workload_args_for(pattern, mode, 8, seconds, &w_out));
+    args.extend(["--progress-ms".into(), "25".into()]);
     if let Some(f) = floor {
-        for opt in ["--rearm-floor", "--steady-floor"] {
-            args.push(opt.into());
-            args.push(f.to_string());
+        // After `run`, before `--`: huddle's own options.
+        for opt in ["--steady-floor", "--rearm-floor"] {
+            args.insert(2, f.to_string());
+            args.insert(2, opt.into());
         }
     }
-    args.push("--".into());
-    args.extend(workload_args_for("ring", "threads", 8, "60", &w_out));
-    args.extend(["--progress-ms".into(), "25".into()]);
-    let mut child = Command::new(huddle())
-        .args(&args)
+    let mut child = Command::new(&args[0])
+        .args(&args[1..])
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("huddle runs");
@@ -372,7 +359,21 @@ fn interleaved(dir: &Path, floor: Option<u32>) -> Vec<f64> {
             ratios.push(on / ((a + b) / 2.0));
         }
     }
-    ratios
+    // Time with the extra faults on: from the program's first sample to the first pause,
+    // every window that resumed them, and the tail if the run ended unpaused.
+    let (begin, end) = (progress[0].0, progress[progress.len() - 1].0);
+    let mut on_ns = toggles.first().map_or(0, |t| t.0.saturating_sub(begin));
+    for (k, t) in toggles.iter().enumerate() {
+        if !t.1 {
+            let until = toggles.get(k + 1).map_or(end, |n| n.0.min(end));
+            on_ns += until.saturating_sub(t.0);
+        }
+    }
+    let run = RunData::load(&r_out).expect("run directory");
+    OnOff {
+        ratios,
+        on_rate: run.info.rearmed_pages as f64 / (on_ns as f64 / 1e9),
+    }
 }
 
 /// Mean and 95 % interval half-width.
@@ -383,23 +384,55 @@ fn mean_ci(xs: &[f64]) -> (f64, f64) {
     (mean, 1.96 * (var / n).sqrt())
 }
 
-fn interleaved_section(dir: &Path) {
+/// Whole-run ratios cannot resolve 1 % on this VM, so the overhead of each pattern is built
+/// from parts measured inside runs: huddle's and the agents' CPU at the defaults (10 s), and
+/// the program time each re-armed page costs (on/off windows at 3000 pages/s) times the
+/// pages re-armed per second at the defaults.
+fn overhead_section(dir: &Path, cases: &[(&str, &str)]) {
     println!(
-        "\nExtra faults on and off inside one managed run (`ring` x8 threads, 60 s, \
-         `--progress-ms 25`; huddle is sent SIGUSR1/SIGUSR2 every 0.4 s and each on window, its \
-         first 0.15 s skipped, is divided by the mean of the off windows either side; the \
-         manager, its pinning and the agents' idle ticks run in both):\n"
+        "\nOverhead per pattern, built from parts measured inside runs (8 tasks each). Whole-run \
+         ratios spread more than 1 % here (see the `private` row above), so: \
+         (a) one managed run of 10 s at the defaults gives huddle's CPU and the agents' helper \
+         CPU as shares of the program's own CPU time, and the pages re-armed per second; \
+         (b) one managed run of 30 s with both re-arm floors at 3000 pages/s, the extra faults \
+         switched off and on every 0.4 s (SIGUSR1/SIGUSR2 to huddle; each on window, its first \
+         0.15 s skipped, over the mean of the off windows either side), gives the program time \
+         one re-armed page costs; (c) estimate = huddle CPU + agents CPU + (a)'s pages/s x \
+         (b)'s cost. The agents' CPU for re-arming is in both (a) and (b), so (c) counts it twice: \
+         it errs high.\n"
     );
-    let (dm, dc) = mean_ci(&interleaved(dir, None));
-    let (km, kc) = mean_ci(&interleaved(dir, Some(1000)));
-    println!("- default floors: on/off ratio {dm:.3} ± {dc:.3}");
+    println!("| pattern | mode | huddle CPU | agents CPU | re-armed pages/s | on/off ratio at 3000/s | cost per page (us) | estimated overhead | top of interval |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for &(pattern, mode) in cases {
+        let w_out = dir.join(format!("steady-{pattern}-{mode}"));
+        let r_out = dir.join(format!("steady-{pattern}-{mode}-report"));
+        run_json(&managed_args(
+            &r_out,
+            workload_args_for(pattern, mode, 8, "10", &w_out),
+        ));
+        let run = RunData::load(&r_out).expect("run directory");
+        let own = run.info.target_cpu_s - run.info.agent_cpu_s;
+        let (huddle_share, agent_share) = (run.info.huddle_cpu_s / own, run.info.agent_cpu_s / own);
+        let pages_per_s = run.info.rearmed_pages as f64 / run.info.duration_s;
+        let onoff = interleaved(dir, pattern, mode, "30", Some(3000));
+        let (r, rc) = mean_ci(&onoff.ratios);
+        let (us, _, us_hi) = onoff.cost_us();
+        let estimate = huddle_share + agent_share + pages_per_s * us.max(0.0) / 1e6;
+        let top = huddle_share + agent_share + pages_per_s * us_hi.max(0.0) / 1e6;
+        println!(
+            "| {pattern} | {mode} | {:.2}% | {:.2}% | {pages_per_s:.0} | {r:.3} ± {rc:.3} ({:.0} pages/s) | {us:.0} | {:.2}% | {:.2}% |",
+            100.0 * huddle_share,
+            100.0 * agent_share,
+            onoff.on_rate,
+            100.0 * estimate,
+            100.0 * top
+        );
+    }
+    let (dm, dc) = mean_ci(&interleaved(dir, "ring", "threads", "60", None).ratios);
     println!(
-        "- both floors 1000 pages/s (the floor binds: 1 % of this program's pages is about 85/s): \
-         {km:.3} ± {kc:.3}, i.e. {:.0} us of the program's time per re-armed page \
-         ({:.0}-{:.0} us)",
-        (1.0 - km) / 1000.0 * 1e6,
-        ((1.0 - km - kc) / 1000.0 * 1e6).max(0.0),
-        (1.0 - km + kc) / 1000.0 * 1e6
+        "\nCross-check at the defaults (`ring` x8 threads, 60 s, same on/off windows): on/off \
+         ratio {dm:.3} ± {dc:.3}; a plain run cut into the same windows spreads about as much \
+         (bench/detect), so this resolves effects of a few percent only."
     );
 }
 

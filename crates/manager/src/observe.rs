@@ -65,6 +65,11 @@ impl Observer for Detected {
         self.session.stats().agent_cpu_s
     }
 
+    fn rearmed_pages(&self) -> u64 {
+        let s = self.session.stats();
+        s.rearmed_shared + s.rearmed_private
+    }
+
     fn set_paused(&mut self, paused: bool) {
         self.session.set_paused(paused);
     }

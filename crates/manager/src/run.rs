@@ -59,6 +59,10 @@ pub trait Observer {
     fn agent_cpu_s(&self) -> f64 {
         0.0
     }
+    /// Pages the agents re-armed for extra faults so far (0 without agents).
+    fn rearmed_pages(&self) -> u64 {
+        0
+    }
     /// Pauses or resumes the extra faults (huddle got SIGUSR1 / SIGUSR2).
     fn set_paused(&mut self, _paused: bool) {}
 }
@@ -372,6 +376,7 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         threshold: cfg.controller.threshold,
         huddle_cpu_s: procs::own_cpu_seconds() - huddle_cpu0,
         agent_cpu_s: obs.agent_cpu_s(),
+        rearmed_pages: obs.rearmed_pages(),
         target_cpu_s: data.tasks.iter().map(|t| t.cpu_s).sum(),
         detection_source: obs.source(),
         events: total_events,

@@ -47,7 +47,7 @@ pub fn render_html(d: &RunData) -> String {
          <tr><th>machine</th><td class=l>{}</td></tr>\
          <tr><th>policy</th><td class=l>{} (migrate when predicted cost falls by &ge; {:.0}%)</td></tr>\
          <tr><th>tasks seen</th><td class=l>{}</td></tr>\
-         <tr><th>detection</th><td class=l>{}: {} events, {} lost</td></tr>\
+         <tr><th>detection</th><td class=l>{}: {} events, {} lost; {} pages re-armed for extra faults</td></tr>\
          <tr><th>migrations</th><td class=l>{}</td></tr>\
          <tr><th>huddle CPU time</th><td class=l>{:.3} s + agent helpers {:.3} s = {:.2}% of the program's {:.2} s</td></tr>\
          </table>",
@@ -60,6 +60,7 @@ pub fn render_html(d: &RunData) -> String {
         esc(&i.detection_source),
         i.events,
         i.lost_events,
+        i.rearmed_pages,
         migrations.len(),
         i.huddle_cpu_s,
         i.agent_cpu_s,

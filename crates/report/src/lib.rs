@@ -46,6 +46,10 @@ pub struct RunInfo {
     /// target_cpu_s, which counts the program's tasks only); absent in older runs.
     #[serde(default)]
     pub agent_cpu_s: f64,
+    /// Pages the agents re-armed for extra faults (each costs the program a fault and, for
+    /// private memory, TLB shootdowns); absent in older runs.
+    #[serde(default)]
+    pub rearmed_pages: u64,
     pub target_cpu_s: f64,
     pub detection_source: String,
     pub events: u64,
