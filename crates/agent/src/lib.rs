@@ -1085,7 +1085,11 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             // part of them, so the program's budget counts them once.
             let live = view.header().live_agents.load(Ordering::Relaxed).max(1);
             let pages = (st.total_pages - st.shared_pages) as f64 + (st.shared_pages / live) as f64;
-            let per_s = (st.rate * pages).max(floor);
+            let rate = match view.header().rate_ppm.load(Ordering::Relaxed) {
+                0 => st.rate,
+                ppm => ppm as f64 / 1e6,
+            };
+            let per_s = (rate * pages).max(floor);
             // Wake for about PAGES_PER_WAKE pages at a time, between the configured interval
             // and SCAN_NS. A wake-up costs more than its pages: on the 2-core VM (ring x2
             // threads, 500 pages/s) the re-arm thread used 83 ms of CPU per 5 s waking for 4

@@ -295,6 +295,39 @@ fn sigusr1_pauses_rearming_and_sigusr2_resumes_it() {
     );
 }
 
+/// While the pattern holds, the rate part of the agents' budget drops with the floor: at
+/// 5 % of pages per second and floors 200 -> 2, a steady two-thread ring re-arms far fewer
+/// pages than with the floor held at 200 (which keeps the rate at 5 % too).
+#[test]
+fn the_rearm_rate_drops_with_the_floor_while_the_pattern_holds() {
+    let d = tmp("steady-rate");
+    let run = |steady: &str| {
+        let o = Command::new(huddle())
+            .env("HUDDLE_AGENT", agent())
+            .args(["detect", "--rearm-rate", "0.05", "--rearm-floor", "200"])
+            .args(["--steady-floor", steady, "--out"])
+            .arg(d.join(format!("{steady}.csv")))
+            .args(["--", huddle(), "workload", "ring", "--threads", "2"])
+            .args(["--seconds", "4", "--out-dir"])
+            .arg(d.join(steady))
+            .output()
+            .expect("huddle runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let stats = json(&d.join(format!("{steady}.json")))["stats"].clone();
+        let pages = stats["rearmed_private"].as_u64().expect("rearmed_private")
+            + stats["rearmed_shared"].as_u64().expect("rearmed_shared");
+        (pages, stats)
+    };
+    let (held, held_stats) = run("200");
+    let (dropped, dropped_stats) = run("2");
+    // 1.5 s at the start rate, then 1/100 of it: under half of the run held at 5 %.
+    assert!(
+        dropped * 2 < held,
+        "steady floor 2: {dropped} pages ({dropped_stats}); held at 200: {held} ({held_stats})"
+    );
+    assert!(dropped > 0, "re-arming ran at the start");
+}
+
 #[test]
 fn command_not_found_exits_127() {
     let d = tmp("notfound");

@@ -8,8 +8,10 @@
 //! they only confirm what the matrix already says. So the floor is `high` for the first
 //! [`START_NS`] and for [`BOOST_NS`] after recent events fell mostly on pairs the matrix of
 //! the last seconds calls weak, and `low` otherwise. CDSM re-arms a fixed 1 % of pages per
-//! second; the agents still do that much (the rate part of their budget), this only moves
-//! the floor that small programs need.
+//! second, which it calls the most it may take; the agents' budget is max(rate x pages,
+//! floor), and while the floor is `low` the detector scales the rate by `low / high` too
+//! (1 % -> 0.25 % at the defaults): under `huddle run`, ring x8 threads re-armed 151 pages/s
+//! at a steady 1 %, about 0.45 % of the program's time at 30 us a page.
 
 /// High floor for this long after the start: nothing is known yet.
 pub const START_NS: u64 = 1_500_000_000;

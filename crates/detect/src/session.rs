@@ -212,6 +212,10 @@ const MIN_FLOOR_SHARE: u64 = 16;
 pub struct Session {
     /// Program-wide re-arm floor (pages/s) shared among the agents; 0 without an agent.
     agent_floor: u64,
+    /// The configured re-arm rate (fraction of pages per second) and floor: the agents' rate
+    /// is scaled by the floor now over this floor (see [`crate::budget`]).
+    agent_rate: f64,
+    agent_high_floor: u64,
     /// Chooses that floor from how new the recent events are; None without an agent.
     budget: Option<Budget>,
     /// Re-arming paused in every agent (see [`Session::set_paused`]).
@@ -333,6 +337,8 @@ impl Session {
         }
         let mut s = Session {
             agent_floor: cfg.agent.as_ref().map_or(0, |a| a.rearm_floor as u64),
+            agent_rate: cfg.agent.as_ref().map_or(0.0, |a| a.rearm_rate),
+            agent_high_floor: cfg.agent.as_ref().map_or(0, |a| a.rearm_floor as u64),
             budget: cfg
                 .agent
                 .as_ref()
@@ -503,8 +509,8 @@ impl Session {
                 name: "agent (extra faults)".into(),
                 active: true,
                 note: format!(
-                    "{} preloaded: re-arms max({:.2}% of eligible pages, {} pages)/s ({} while the \
-                     pattern holds) every {} ms; shared \
+                    "{} preloaded: re-arms max({:.2}% of eligible pages, {} pages)/s (both scaled \
+                     to {} pages while the pattern holds) every {} ms; shared \
                      mappings by dropping PTEs (reads and writes fault), private anonymous memory \
                      {}{}",
                     a.library.display(),
@@ -799,11 +805,28 @@ impl Session {
             f => (f / live.len().max(1) as u64).max(MIN_FLOOR_SHARE),
         };
         let n = live.len() as u64;
+        let rate_ppm = self.rate_ppm();
         for r in live {
+            r.view.header().rate_ppm.store(rate_ppm, Relaxed);
             r.view.header().floor_share.store(share, Relaxed);
             r.view.header().live_agents.store(n, Relaxed);
             r.view.header().paused.store(self.paused as u64, Relaxed);
         }
+    }
+
+    /// The agents' re-arm rate now, in millionths of their pages per second: the configured
+    /// rate times the floor now over the start floor, so that while the pattern holds both
+    /// terms of the budget drop together (by 4 at the defaults, 300 -> 75). At least 1, since
+    /// 0 tells an agent to use its own rate.
+    fn rate_ppm(&self) -> u64 {
+        if self.agent_rate <= 0.0 {
+            return 0;
+        }
+        let scale = match self.agent_high_floor {
+            0 => 1.0,
+            high => self.agent_floor as f64 / high as f64,
+        };
+        ((self.agent_rate * 1e6 * scale).round() as u64).max(1)
     }
 
     /// Pauses or resumes re-arming in every agent, those that appear later included. While

@@ -288,6 +288,8 @@ struct OnOff {
     ratios: Vec<f64>,
     /// Re-armed pages per second while the extra faults were on.
     on_rate: f64,
+    /// The run's record: its re-armed pages, agents' CPU and duration.
+    info: report::RunInfo,
 }
 
 impl OnOff {
@@ -373,6 +375,7 @@ fn interleaved(dir: &Path, pattern: &str, mode: &str, seconds: &str, floor: Opti
     OnOff {
         ratios,
         on_rate: run.info.rearmed_pages as f64 / (on_ns as f64 / 1e9),
+        info: run.info,
     }
 }
 
@@ -384,10 +387,19 @@ fn mean_ci(xs: &[f64]) -> (f64, f64) {
     (mean, 1.96 * (var / n).sqrt())
 }
 
+/// Agents' CPU seconds per second of run while re-arming nothing (ticks, map scans), from two
+/// runs that re-armed at different rates: agent CPU = idle x duration + per page x pages.
+fn idle_agent_cpu(a: &report::RunInfo, b: &report::RunInfo) -> f64 {
+    let (ta, pa, ca) = (a.duration_s, a.rearmed_pages as f64, a.agent_cpu_s);
+    let (tb, pb, cb) = (b.duration_s, b.rearmed_pages as f64, b.agent_cpu_s);
+    let per_page = (cb * ta - ca * tb) / (pb * ta - pa * tb);
+    ((ca - per_page * pa) / ta).max(0.0)
+}
+
 /// Whole-run ratios cannot resolve 1 % on this VM, so the overhead of each pattern is built
-/// from parts measured inside runs: huddle's and the agents' CPU at the defaults (10 s), and
-/// the program time each re-armed page costs (on/off windows at 3000 pages/s) times the
-/// pages re-armed per second at the defaults.
+/// from parts measured inside runs: huddle's CPU and the agents' idle CPU at the defaults
+/// (10 s), and the program time each re-armed page costs (on/off windows at 3000 pages/s,
+/// the agents' re-arming CPU included) times the pages re-armed per second at the defaults.
 fn overhead_section(dir: &Path, cases: &[(&str, &str)]) {
     println!(
         "\nOverhead per pattern, built from parts measured inside runs (8 tasks each). Whole-run \
@@ -397,11 +409,12 @@ fn overhead_section(dir: &Path, cases: &[(&str, &str)]) {
          (b) one managed run of 30 s with both re-arm floors at 3000 pages/s, the extra faults \
          switched off and on every 0.4 s (SIGUSR1/SIGUSR2 to huddle; each on window, its first \
          0.15 s skipped, over the mean of the off windows either side), gives the program time \
-         one re-armed page costs; (c) estimate = huddle CPU + agents CPU + (a)'s pages/s x \
-         (b)'s cost. The agents' CPU for re-arming is in both (a) and (b), so (c) counts it twice: \
-         it errs high.\n"
+         one re-armed page costs, the agents' CPU for it included; (c) the agents' idle CPU \
+         (ticks, map scans) comes from (a) and (b) together: agent CPU = idle x seconds + per \
+         page x pages; (d) estimate = huddle CPU + idle agents + (a)'s pages/s x (b)'s cost \
+         per page. The top of the interval uses the top of (b)'s 95 % interval.\n"
     );
-    println!("| pattern | mode | huddle CPU | agents CPU | re-armed pages/s | on/off ratio at 3000/s | cost per page (us) | estimated overhead | top of interval |");
+    println!("| pattern | mode | huddle CPU | agents CPU (idle) | re-armed pages/s | on/off ratio at 3000/s | cost per page (us) | estimated overhead | top of interval |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for &(pattern, mode) in cases {
         let w_out = dir.join(format!("steady-{pattern}-{mode}"));
@@ -417,12 +430,14 @@ fn overhead_section(dir: &Path, cases: &[(&str, &str)]) {
         let onoff = interleaved(dir, pattern, mode, "30", Some(3000));
         let (r, rc) = mean_ci(&onoff.ratios);
         let (us, _, us_hi) = onoff.cost_us();
-        let estimate = huddle_share + agent_share + pages_per_s * us.max(0.0) / 1e6;
-        let top = huddle_share + agent_share + pages_per_s * us_hi.max(0.0) / 1e6;
+        let idle_share = idle_agent_cpu(&run.info, &onoff.info) * run.info.duration_s / own;
+        let estimate = huddle_share + idle_share + pages_per_s * us.max(0.0) / 1e6;
+        let top = huddle_share + idle_share + pages_per_s * us_hi.max(0.0) / 1e6;
         println!(
-            "| {pattern} | {mode} | {:.2}% | {:.2}% | {pages_per_s:.0} | {r:.3} ± {rc:.3} ({:.0} pages/s) | {us:.0} | {:.2}% | {:.2}% |",
+            "| {pattern} | {mode} | {:.2}% | {:.2}% ({:.2}%) | {pages_per_s:.0} | {r:.3} ± {rc:.3} ({:.0} pages/s) | {us:.0} | {:.2}% | {:.2}% |",
             100.0 * huddle_share,
             100.0 * agent_share,
+            100.0 * idle_share,
             onoff.on_rate,
             100.0 * estimate,
             100.0 * top
