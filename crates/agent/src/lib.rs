@@ -2,7 +2,8 @@
 //!
 //! A re-arm thread wakes every `HUDDLE_AGENT_INTERVAL_MS` (10 ms, as in CDSM) and re-arms a
 //! random sample of the process's data pages, at most `max(rate * eligible pages, floor)`
-//! pages per second, so that the next access to them faults again and the detector sees
+//! pages per second (the detector writes both into the ring header as the pattern settles
+//! or changes), so that the next access to them faults again and the detector sees
 //! who touches them. It never changes what the program computes:
 //!
 //! * Shared mappings (MAP_SHARED files, shmem, /dev/zero): `madvise(MADV_DONTNEED)` drops

@@ -509,14 +509,15 @@ impl Session {
                 name: "agent (extra faults)".into(),
                 active: true,
                 note: format!(
-                    "{} preloaded: re-arms max({:.2}% of eligible pages, {} pages)/s (both scaled \
-                     to {} pages while the pattern holds) every {} ms; shared \
+                    "{} preloaded: re-arms max({:.2}% of eligible pages, {} pages)/s (both terms x \
+                     {}/{} while the pattern holds) every {} ms; shared \
                      mappings by dropping PTEs (reads and writes fault), private anonymous memory \
                      {}{}",
                     a.library.display(),
                     a.rearm_rate * 100.0,
                     a.rearm_floor,
                     a.steady_floor,
+                    a.rearm_floor,
                     a.interval_ms,
                     if a.private_memory {
                         "by userfaultfd: dropped after being copied aside, put back on the next \
