@@ -5,6 +5,9 @@
  *   bcast, allreduce (doubles, SUM), alltoall (size = bytes per block): time per call (us)
  *   memcpy  this machine's memcpy bandwidth (MB/s) with rank 0's buffers (rank 0 only)
  *   pp_bw and memcpy at 64 MiB: both from DRAM (windows of 4)
+ *   pp_bw_memcpy at 64 MiB: median over batches of (stream / a memcpy timed right after it,
+ *           by rank 0 between the same barriers): DRAM bandwidth here drifts with the
+ *           neighbours' load within seconds, so each stream is judged by its own memcpy
  * Each value is the median of 7 timed batches. Plain MPI. */
 #include <mpi.h>
 #include <stdio.h>
@@ -121,6 +124,7 @@ int main(int argc, char **argv) {
         memset(A, 3, big);
         memset(B, 4, big);
         MPI_Request rq[4];
+        double paired[BATCHES];
         for (int k = 0; k < BATCHES; k++) {
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
@@ -134,8 +138,15 @@ int main(int argc, char **argv) {
                 MPI_Send(A, 0, MPI_BYTE, 0, 5, MPI_COMM_WORLD);
             }
             t[k] = (double)big * win / (MPI_Wtime() - t0) / 1e6;
+            if (rank == 0) {
+                double t1 = MPI_Wtime();
+                memcpy(B, A, big);
+                A[k] ^= B[k * 7];
+                paired[k] = t[k] / ((double)big / (MPI_Wtime() - t1) / 1e6);
+            }
         }
         if (rank == 0) printf("pp_bw %ld %.1f\n", big, median(t));
+        if (rank == 0) printf("pp_bw_memcpy %ld %.3f\n", big, median(paired));
         if (rank == 0) {
             for (int k = 0; k < BATCHES; k++) {
                 double t0 = MPI_Wtime();
