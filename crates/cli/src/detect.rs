@@ -54,8 +54,8 @@ pub struct Args {
     /// first 1.5 s and for 1 s after the pattern changed
     #[arg(long, value_name = "N", default_value_t = detect::DEFAULT_REARM_FLOOR)]
     pub rearm_floor: u32,
-    /// Pages per second at least while the pattern holds (each re-armed page costs the
-    /// program tens of microseconds)
+    /// Pages per second at least while the pattern holds; --rearm-rate falls by the same
+    /// factor then (each re-armed page costs the program tens of microseconds)
     #[arg(long, value_name = "N", default_value_t = detect::DEFAULT_STEADY_FLOOR)]
     pub steady_floor: u32,
     /// Do not re-arm private anonymous memory (userfaultfd write-protect)
