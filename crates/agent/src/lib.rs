@@ -63,8 +63,8 @@
 //! that bypass pthread_atfork would give the child a dropped page as zeros; a thread that
 //! stalls for over a second between its MADV_DONTNEED being announced and done could see
 //! the page's old contents come back. Registration keeps the kernel from merging a new
-//! mapping with a registered neighbour until the next scan (100 ms), so an mremap spanning
-//! both in that time fails with EFAULT where it would have worked without the agent. Run with
+//! mapping with a registered neighbour until the next scan (within a second), so an mremap
+//! spanning both in that time fails with EFAULT where it would have worked without the agent. Run with
 //! `--no-private` (HUDDLE_AGENT_PRIVATE=0) for such programs. Without `HUDDLE_AGENT_DIR` in the environment the library does nothing.
 
 use detect::ring::{self, RingView};
@@ -185,8 +185,14 @@ const PAGEMAP_CHUNK: usize = 512;
 /// Shared pages dropped per process_madvise call.
 const SHARED_BATCH: usize = 64;
 const PAGE: usize = 4096;
-/// How often the re-arm thread reads /proc/self/maps, and its longest sleep.
+/// How often the re-arm thread reads /proc/self/maps during the first second (programs set
+/// up their memory then; every 10 * SCAN_NS after that), and its longest sleep.
 const SCAN_NS: u64 = 100_000_000;
+/// While the maps text stays the same, the present-page index is rebuilt only this often
+/// (first touches of private pages rebuild it sooner): new pages of shared mappings, which
+/// no fault of ours announces, wait at most this long to be sampled. Walking pagemap was
+/// over half of an idle agent's CPU when it ran at every scan.
+const INDEX_MAX_AGE_NS: u64 = 4_000_000_000;
 /// Pages the re-arm thread aims to re-arm per wake-up (see rearm_main).
 const PAGES_PER_WAKE: f64 = 16.0;
 /// Pages zero-filled at a first touch (see zero_fill).
@@ -240,6 +246,8 @@ struct State {
     shared_pages: u64,
     excluded: [(u64, u64); 5],
     maps_buf: [u8; MAPS_BUF],
+    /// Hash of the maps text at the last whole scan (see scan_maps).
+    maps_hash: u64,
     pagemap: c_int,
     /// /proc/self/maps, kept open and re-read from offset 0 at each scan (see open_high).
     maps: c_int,
@@ -1042,7 +1050,7 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
         let view = helper_prologue(st);
         let mut period = st.interval_ms as u64 * 1_000_000;
         let started = monotonic_ns();
-        let (mut last, mut last_scan, mut last_index) = (started, 0, 0);
+        let (mut last, mut last_scan, mut last_index, mut last_full) = (started, 0, 0, 0);
         let mut indexed_touches = 0;
         loop {
             let ts = libc::timespec {
@@ -1053,7 +1061,10 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             let now = monotonic_ns();
             // After the program changed its mappings; every 100 ms during the first second
             // (programs set up their memory then) and every second after; at every tick
-            // during the first 100 ms while nothing is eligible yet.
+            // during the first 100 ms while nothing is eligible yet. A scan whose maps text
+            // is unchanged stops there, unless the program's mapping changes (UNMAP, REMAP,
+            // REMOVE: a range may have been unmapped and mapped again, unregistered) or
+            // INDEX_MAX_AGE_NS ask for the whole pass (registration retried, pages indexed).
             lock();
             let changed = st.changes != st.scanned_changes;
             unlock();
@@ -1066,9 +1077,11 @@ extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             if now - last_scan >= every || changed || (st.nregions == 0 && now - started < SCAN_NS)
             {
                 last_scan = now;
-                indexed_touches = touches;
-                scan_maps(st, &view);
-            } else if touches != indexed_touches && now - last_index >= SCAN_NS {
+                if scan_maps(st, &view, changed || now - last_full >= INDEX_MAX_AGE_NS) {
+                    (last_full, last_index, indexed_touches) = (now, now, touches);
+                }
+            }
+            if touches != indexed_touches && now - last_index >= SCAN_NS {
                 last_index = now;
                 indexed_touches = touches;
                 index_present(st);
@@ -1143,14 +1156,15 @@ fn parse_hex(s: &[u8]) -> Option<u64> {
     Some(v)
 }
 
-/// Re-reads /proc/self/maps into the candidate list (no allocation) and registers private
-/// anonymous candidates with the userfaultfd.
-unsafe fn scan_maps(st: &mut State, view: &RingView) {
+/// Re-reads /proc/self/maps and, when its text changed or `whole` asks, rebuilds the
+/// candidate list (no allocation), registers private anonymous candidates with the
+/// userfaultfd and indexes the present pages. Returns whether it did that whole pass.
+unsafe fn scan_maps(st: &mut State, view: &RingView, whole: bool) -> bool {
     lock();
     st.scanned_changes = st.changes;
     unlock();
     if st.maps < 0 {
-        return;
+        return false;
     }
     // From offset 0 every time: /proc seq files regenerate their text when read from the start.
     let mut len = 0usize;
@@ -1167,6 +1181,14 @@ unsafe fn scan_maps(st: &mut State, view: &RingView) {
         len += n as usize;
     }
     let private_ok = st.uffd >= 0 && !YIELDED.load(Ordering::Acquire);
+    let text_hash = fnv1a(&st.maps_buf[..len]) ^ private_ok as u64;
+    if text_hash == st.maps_hash && !whole {
+        return false;
+    }
+    if text_hash != st.maps_hash {
+        view.header().maps_changes.fetch_add(1, Ordering::Release);
+    }
+    st.maps_hash = text_hash;
     st.nregions = 0;
     st.total_pages = 0;
     st.shared_pages = 0;
@@ -1272,6 +1294,15 @@ unsafe fn scan_maps(st: &mut State, view: &RingView) {
         .candidate_pages
         .store(st.total_pages, Ordering::Relaxed);
     index_present(st);
+    true
+}
+
+/// FNV-1a: tells one maps text from the next (a collision costs at most INDEX_MAX_AGE_NS of
+/// a stale candidate list).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Builds the index of present pages (see PRESENT_RUNS).
@@ -1591,32 +1622,35 @@ unsafe fn rearm(st: &mut State, view: &RingView, n: u64) {
         return;
     }
     for _ in 0..n {
-        if st.indexed {
-            match pick_indexed(st) {
-                Some((addr, shared)) => rearm_page(st, view, addr, shared),
-                None => return,
-            }
-            continue;
-        }
+        // The index is up to INDEX_MAX_AGE_NS old: pages dropped since (ours, not yet
+        // touched again) or discarded by the program are drawn again.
         for _ in 0..32 {
-            let mut k = next_rand(st) % st.total_pages;
-            let mut chosen = None;
-            for i in 0..st.nregions {
-                let r = st.regions[i];
-                let pages = (r.end - r.start) / st.page;
-                if k < pages {
-                    chosen = Some((r.shared, r.start + k * st.page));
-                    break;
-                }
-                k -= pages;
-            }
-            let Some((shared, addr)) = chosen else { break };
+            let chosen = if st.indexed {
+                pick_indexed(st)
+            } else {
+                pick_any(st)
+            };
+            let Some((addr, shared)) = chosen else { break };
             if present(st, addr) {
                 rearm_page(st, view, addr, shared);
                 break;
             }
         }
     }
+}
+
+/// A uniformly random candidate page, present or not: (address, shared).
+fn pick_any(st: &mut State) -> Option<(u64, bool)> {
+    let mut k = next_rand(st) % st.total_pages;
+    for i in 0..st.nregions {
+        let r = st.regions[i];
+        let pages = (r.end - r.start) / st.page;
+        if k < pages {
+            return Some((r.start + k * st.page, r.shared));
+        }
+        k -= pages;
+    }
+    None
 }
 
 /// Interposed `ioctl`: when the program registers a userfaultfd range of its own, the

@@ -196,10 +196,10 @@ fn checksum_is_the_same_with_and_without_detection_threads() {
 /// A C program checks its own memory while the agent drops and restores its pages 20 times
 /// faster than by default, and meanwhile discards, moves, unmaps and maps memory, reads into
 /// it with a system call and forks (crates/cli/tests/agent_torture.c).
-fn agent_keeps_memory_intact(saved_by: &str) {
-    let d = tmp(&format!("torture-{saved_by}"));
-    let bin = d.join("agent_torture");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agent_torture.c");
+/// Compiles tests/NAME.c into `dir`.
+fn compile_c(dir: &Path, name: &str) -> PathBuf {
+    let bin = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/{name}.c"));
     let cc = Command::new("cc")
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
         .arg(&bin)
@@ -211,6 +211,12 @@ fn agent_keeps_memory_intact(saved_by: &str) {
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
+    bin
+}
+
+fn agent_keeps_memory_intact(saved_by: &str) {
+    let d = tmp(&format!("torture-{saved_by}"));
+    let bin = compile_c(&d, "agent_torture");
     let mut c = Command::new(huddle());
     c.env("HUDDLE_AGENT", agent())
         .env(
@@ -253,6 +259,22 @@ fn agent_keeps_memory_intact_when_moving_pages() {
 #[test]
 fn agent_keeps_memory_intact_when_copying_pages() {
     agent_keeps_memory_intact("copy");
+}
+
+/// The agent skips most of a scan while the maps text stays the same; a mapping made after
+/// its first second (its only shared memory) must still be found and re-armed before the
+/// periodic whole scan (every 4 s) would find it.
+#[test]
+fn a_mapping_made_later_is_rearmed() {
+    let d = tmp("late-mapping");
+    let bin = compile_c(&d, "late_mapping");
+    let o = detect(&d, &[], &[bin.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stats = &json(&d.join("m.json"))["stats"];
+    assert!(
+        stats["rearmed_shared"].as_u64().unwrap_or(0) > 0,
+        "the late shared mapping was re-armed: {stats}"
+    );
 }
 
 /// SIGUSR1 pauses re-arming: after it, the agent takes out only what one tick had in hand.

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 
@@ -63,6 +63,9 @@ pub struct Header {
     /// Written by the detector: the share of its pages the agent re-arms per second, in
     /// millionths (lower while the pattern holds); 0 = its own rate.
     pub rate_ppm: AtomicU64,
+    /// Scans of /proc/self/maps that found its text changed: while this stays the same the
+    /// detector keeps its copy of the process's mappings.
+    pub maps_changes: AtomicU64,
 }
 
 /// A fault the agent resolved itself: task `tid` touched `addr` at `time` (CLOCK_MONOTONIC ns).
