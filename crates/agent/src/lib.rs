@@ -64,8 +64,9 @@
 //! stalls for over a second between its MADV_DONTNEED being announced and done could see
 //! the page's old contents come back. Registration keeps the kernel from merging a new
 //! mapping with a registered neighbour until the next scan (within a second), so an mremap
-//! spanning both in that time fails with EFAULT where it would have worked without the agent. Run with
-//! `--no-private` (HUDDLE_AGENT_PRIVATE=0) for such programs. Without `HUDDLE_AGENT_DIR` in the environment the library does nothing.
+//! spanning both in that time fails with EFAULT where it would have worked without the
+//! agent. Run with `--no-private` (HUDDLE_AGENT_PRIVATE=0) for such programs. Without
+//! `HUDDLE_AGENT_DIR` in the environment the library does nothing.
 
 use detect::ring::{self, RingView};
 use libc::{c_int, c_ulong, c_void};
