@@ -889,16 +889,13 @@ impl Session {
     /// offset) so that processes meet; everything else by (process, virtual address).
     fn key(&mut self, pid: u32, addr: u64) -> u64 {
         let (now, generation) = (self.poll_ns, self.generation);
-        let agent_changes = self
-            .ring_of_pid
-            .get(&pid)
-            .and_then(|path| self.rings.get(path))
-            .map(|r| {
-                r.view
-                    .header()
-                    .maps_changes
-                    .load(std::sync::atomic::Ordering::Acquire)
-            });
+        // The agent's count of maps changes, looked up only once the cache is past 500 ms.
+        let (rings, ring_of_pid) = (&self.rings, &self.ring_of_pid);
+        let agent_changes = || {
+            let ring = rings.get(ring_of_pid.get(&pid)?)?;
+            let changes = &ring.view.header().maps_changes;
+            Some(changes.load(std::sync::atomic::Ordering::Acquire))
+        };
         let entry = self.maps.entry(pid).or_insert(CachedMaps {
             read_ns: 0,
             read_generation: 0,
@@ -913,16 +910,18 @@ impl Session {
         };
         let age = now.saturating_sub(entry.read_ns);
         let fresh = age <= MAPS_MAX_AGE_NS
-            || (agent_changes.is_some()
-                && agent_changes == entry.agent_changes
-                && age <= AGENT_MAPS_MAX_AGE_NS);
+            || (age <= AGENT_MAPS_MAX_AGE_NS
+                && entry.agent_changes.is_some()
+                && agent_changes() == entry.agent_changes);
         let mut hit = entry.vmas.as_deref().and_then(|v| procmaps::find(v, addr));
         // At most one read per poll, even for faults outside every mapping.
         if (!fresh || hit.is_none()) && entry.read_generation != generation {
+            // Read before the maps: a change in between makes the next fault read again.
+            let changes = agent_changes();
             *entry = CachedMaps {
                 read_ns: now,
                 read_generation: generation,
-                agent_changes,
+                agent_changes: changes,
                 vmas: procmaps::read(pid),
             };
             hit = entry.vmas.as_deref().and_then(|v| procmaps::find(v, addr));
