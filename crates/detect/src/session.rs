@@ -962,6 +962,11 @@ impl Session {
     }
 
     /// Every task seen so far, in order of appearance (index = matrix row).
+    /// Whether each row is a thread or a whole process.
+    pub fn granularity(&self) -> Granularity {
+        self.granularity
+    }
+
     pub fn tasks(&self) -> Vec<TaskInfo> {
         self.tasks.clone()
     }

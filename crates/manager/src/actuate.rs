@@ -54,6 +54,38 @@ pub fn set_affinity(tid: u32, cpus: &[u32]) -> Result<(), PinError> {
     })
 }
 
+/// Restricts every thread of process `pid` to `cpus`. Threads that exit meanwhile are
+/// skipped; one started meanwhile by a thread not yet pinned is caught by listing again.
+/// Gone when the process has no threads left; otherwise the first other error, after every
+/// thread was tried.
+pub fn set_process_affinity(pid: u32, cpus: &[u32]) -> Result<(), PinError> {
+    let mut done: Vec<u32> = Vec::new();
+    let mut first_error = None;
+    for _ in 0..3 {
+        let todo: Vec<u32> = crate::procs::threads(pid)
+            .into_iter()
+            .filter(|t| !done.contains(t))
+            .collect();
+        if todo.is_empty() {
+            break;
+        }
+        for tid in todo {
+            match set_affinity(tid, cpus) {
+                Ok(()) | Err(PinError::Gone(_)) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+            done.push(tid);
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None if done.is_empty() => Err(PinError::Gone(pid)),
+        None => Ok(()),
+    }
+}
+
 /// The CPUs a thread may currently run on (OS indexes), or None if it is gone.
 pub fn get_affinity(tid: u32) -> Option<Vec<u32>> {
     let mut m = vec![0u64; 16_384 / 64];
@@ -205,6 +237,49 @@ mod tests {
         assert_eq!(get_affinity(me).unwrap(), vec![cpu]);
         set_affinity(me, &before).unwrap();
         assert_eq!(get_affinity(me).unwrap(), before);
+    }
+
+    /// Run in a child (see below): three threads that sleep, besides the test's own.
+    #[test]
+    #[ignore = "helper process for pins_every_thread_of_a_process"]
+    fn thread_holder() {
+        if std::env::var_os("HUDDLE_TEST_THREAD_HOLDER").is_none() {
+            return;
+        }
+        for _ in 0..3 {
+            std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_secs(30)));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(30));
+    }
+
+    #[test]
+    fn pins_every_thread_of_a_process() {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "actuate::tests::thread_holder"])
+            .env("HUDDLE_TEST_THREAD_HOLDER", "1")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let t0 = std::time::Instant::now();
+        while crate::procs::threads(pid).len() < 4 && t0.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let threads = crate::procs::threads(pid);
+        let cpu = get_affinity(pid).unwrap()[0];
+        let pinned = set_process_affinity(pid, &[cpu]);
+        let masks: Vec<Option<Vec<u32>>> = threads.iter().map(|&t| get_affinity(t)).collect();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            threads.len() >= 4,
+            "the helper started its threads: {threads:?}"
+        );
+        pinned.unwrap();
+        for (t, m) in threads.iter().zip(&masks) {
+            assert_eq!(m.as_deref(), Some(&[cpu][..]), "thread {t} pinned");
+        }
+        assert_eq!(set_process_affinity(pid, &[cpu]), Err(PinError::Gone(pid)));
     }
 
     #[test]

@@ -45,6 +45,7 @@ impl Observer for Detected {
     fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
         let rows = self.program_rows();
         let all = self.session.tasks();
+        let whole_process = self.session.granularity() == detect::Granularity::Process;
         let tasks = rows
             .iter()
             .map(|&i| TaskInfo {
@@ -52,6 +53,7 @@ impl Observer for Detected {
                 pid: all[i].pid,
                 comm: all[i].comm.clone(),
                 first_seen: all[i].first_seen_ms / 1000.0,
+                whole_process,
             })
             .collect();
         (self.session.matrix_of(&rows), tasks)

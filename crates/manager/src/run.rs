@@ -2,6 +2,7 @@
 
 use crate::actuate::{self, PinError};
 use crate::control::{Controller, Verdict};
+use crate::idle::IdleTracker;
 use crate::policy::Policy;
 use crate::procs;
 use mapping::Target;
@@ -18,6 +19,9 @@ pub struct TaskInfo {
     pub comm: String,
     /// Seconds since the run started.
     pub first_seen: f64,
+    /// The task is a whole process (`--processes`): its CPU time and its pinning cover all
+    /// its threads.
+    pub whole_process: bool,
 }
 
 /// How the program ended.
@@ -94,14 +98,24 @@ pub const MIN_TRAFFIC_PER_TASK: f64 = 16.0;
 /// A pending signal huddle should pass on to the program (set from a signal handler).
 pub static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-/// Live tasks of the snapshot: index in the matrix, and the matrix restricted to them.
-fn live(matrix: &CommMatrix, tasks: &[TaskInfo]) -> (Vec<usize>, CommMatrix) {
-    let idx: Vec<usize> = (0..tasks.len())
+/// Live tasks of the snapshot: their indices in the matrix.
+fn live(matrix: &CommMatrix, tasks: &[TaskInfo]) -> Vec<usize> {
+    (0..tasks.len())
         .filter(|&i| i < matrix.n())
         .filter(|&i| {
             std::path::Path::new(&format!("/proc/{}/task/{}", tasks[i].pid, tasks[i].tid)).exists()
         })
-        .collect();
+        .collect()
+}
+
+/// Keeps the items of `v` whose entry in `keep` is true.
+fn keep_where<T>(v: &mut Vec<T>, keep: &[bool]) {
+    let mut k = keep.iter();
+    v.retain(|_| *k.next().unwrap_or(&true));
+}
+
+/// The matrix restricted to the tasks `idx`, symmetrized.
+fn restrict(matrix: &CommMatrix, idx: &[usize]) -> CommMatrix {
     let mut sub = CommMatrix::zeros(idx.len());
     for (a, &i) in idx.iter().enumerate() {
         for (b, &j) in idx.iter().enumerate() {
@@ -110,7 +124,7 @@ fn live(matrix: &CommMatrix, tasks: &[TaskInfo]) -> (Vec<usize>, CommMatrix) {
             }
         }
     }
-    (idx, sub.symmetrized())
+    sub.symmetrized()
 }
 
 /// Runs the loop until the program ends (or `max_seconds`), then returns everything the
@@ -127,6 +141,7 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
                                                           // The previous interval's proposal: (task ids, slots).
     let mut last_proposal: Option<(Vec<u32>, Vec<usize>)> = None;
     let mut cpu_ticks: HashMap<u32, u64> = HashMap::new();
+    let mut idle = IdleTracker::default();
     let mut total_events = 0u64;
     let mut last_snapshot = -1.0f64;
     let mut last_remap: Option<(f64, f64)> = None;
@@ -158,19 +173,23 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         let interval_s = cfg.controller.interval_ms as f64 / 1000.0;
         total_events += events;
         let (matrix, tasks) = obs.snapshot();
-        let (live_idx, sub) = live(&matrix, &tasks);
+        let mut live_idx = live(&matrix, &tasks);
 
         // Where each live task runs now, and where it may run (its affinity mask).
         let mut current = Vec::with_capacity(live_idx.len());
         let mut masks = Vec::with_capacity(live_idx.len());
         for &i in &live_idx {
             let task = &tasks[i];
-            let stat = procs::read_stat(std::path::Path::new(&format!(
-                "/proc/{}/task/{}/stat",
-                task.pid, task.tid
-            )));
+            // A whole process's stat sums its threads' CPU time (and names its leader's CPU).
+            let stat_path = if task.whole_process {
+                format!("/proc/{}/stat", task.pid)
+            } else {
+                format!("/proc/{}/task/{}/stat", task.pid, task.tid)
+            };
+            let stat = procs::read_stat(std::path::Path::new(&stat_path));
             if let Some(st) = &stat {
                 cpu_ticks.insert(task.tid, st.cpu_ticks);
+                idle.observe(task.tid, t, st.cpu_ticks as f64 / tick);
                 data.placements.push(Placement {
                     t,
                     task: i,
@@ -212,6 +231,16 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             last_snapshot = t;
         }
 
+        // Policies that map the matrix leave idle tasks out (they keep the PUs they have).
+        let live_tids: Vec<u32> = live_idx.iter().map(|&i| tasks[i].tid).collect();
+        idle.retain(&live_tids);
+        if cfg.policy.needs_traffic() {
+            let busy: Vec<bool> = live_tids.iter().map(|&tid| !idle.is_idle(tid, t)).collect();
+            keep_where(&mut live_idx, &busy);
+            keep_where(&mut current, &busy);
+            keep_where(&mut masks, &busy);
+        }
+        let sub = restrict(&matrix, &live_idx);
         let live_tasks: Vec<TaskInfo> = live_idx.iter().map(|&i| tasks[i].clone()).collect();
         let needed = cfg
             .min_traffic
@@ -265,7 +294,12 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
                         if proposal.self_judged && proposal.slots[k] == current[k] {
                             continue;
                         }
-                        match actuate::set_affinity(task.tid, &[new_os[k]]) {
+                        let pinned_now = if task.whole_process {
+                            actuate::set_process_affinity(task.pid, &[new_os[k]])
+                        } else {
+                            actuate::set_affinity(task.tid, &[new_os[k]])
+                        };
+                        match pinned_now {
                             Ok(()) => {
                                 pinned.insert(task.tid, proposal.slots[k]);
                             }
@@ -478,6 +512,7 @@ pub fn install_signal_forwarding() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::idle;
     use std::process::{Child, Command};
     use topology::Machine;
 
@@ -505,6 +540,7 @@ mod tests {
                     pid: c.id(),
                     comm: "sleep".into(),
                     first_seen: 0.0,
+                    whole_process: false,
                 })
                 .collect();
             (self.matrix.clone(), tasks)
@@ -569,6 +605,47 @@ mod tests {
         (0..n)
             .map(|_| Command::new("sleep").arg("30").spawn().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn idle_tasks_are_left_out_of_the_mapping() {
+        let machine = Machine::from_system().unwrap();
+        let target = Target::machine(machine);
+        // Task 0 sleeps (a launcher waiting for its workers); tasks 1 and 2 run.
+        let mut children = sleepers(1);
+        for _ in 0..2 {
+            children.push(
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        // The sleeper has the heaviest traffic (it initialised everyone's memory).
+        let mut m = CommMatrix::zeros(3);
+        for (a, b, w) in [(0, 1, 500.0), (0, 2, 500.0), (1, 2, 100.0)] {
+            m.set(a, b, w);
+            m.set(b, a, w);
+        }
+        let mut obs = Fixed {
+            children,
+            matrix: m,
+            aged: 0,
+        };
+        let data = manage(&mut obs, &target, comm_config(2.2));
+        for c in &mut obs.children {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        let late: Vec<&Decision> = data
+            .decisions
+            .iter()
+            .filter(|d| d.t > idle::WINDOW_S + 0.2)
+            .collect();
+        assert!(!late.is_empty(), "decisions go on: {:?}", data.decisions);
+        for d in late {
+            assert_eq!(d.tasks, vec![1, 2], "the idle task is not mapped: {d:?}");
+        }
     }
 
     #[test]
