@@ -271,9 +271,11 @@ fn main() {
     println!("\nReading the table: `private` (no communication, so no remap and no pinning) is the control");
     println!("row. Where its throughput ratio is far from 1, the ratios of this run carry a bias that is not");
     println!("placement (run order, other jobs on the 2 CPUs) and must not be read as speed-ups. A quality");
-    println!("below 1 happens because the live mapping balanced the workload's idle launcher thread too (9");
-    println!("tasks over the PUs) while the reference maps the 8 workers alone; the ground truth only scores");
-    println!("the 8 workers, so an uneven worker split can score lower.");
+    println!("below 1 comes from the workload's main thread, which waits for its workers: huddle leaves a");
+    println!("task out of the mapping once it used under 2 % of a CPU over a second, but a remap made before");
+    println!("that (the process patterns remap from 0.25 s) balances it too (9 tasks over the PUs), while the");
+    println!("reference maps the 8 workers alone and the ground truth scores only them: an uneven split of");
+    println!("the workers can then score lower.");
     overhead_section(&dir, &cases);
     println!("\nNot measured here: the end-to-end speed-up of placement over plain, compact and scatter runs");
     println!("needs a machine with several cache domains; this VM has one L3 and no device machine was lent");
