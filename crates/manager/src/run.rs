@@ -90,10 +90,13 @@ pub struct Config {
 
 /// Default for [`Config::min_traffic`].
 pub const DEFAULT_MIN_TRAFFIC: f64 = 64.0;
-/// ... and at least this much per live task: with less, chance decides which of equally
+/// ... and at least this much per mapped task: with less, chance decides which of equally
 /// strong links look weakest. `pipeline` x8 threads (2026-11-23, 20 runs each): with 64 in
-/// all, 3 first remaps cut two links of the chain instead of one; with 128, none did.
-pub const MIN_TRAFFIC_PER_TASK: f64 = 16.0;
+/// all, 3 first remaps cut two links of the chain instead of one; with 16 per task over the
+/// 9 tasks (the idle main thread counted), none did. Once idle tasks were left out, 16 per
+/// task over the 8 workers let 1 of 25 first remaps (and 1 of 5 in bench/manager) cut two
+/// links; with 18 (144 in all, as before) none of 25 did, first remap at 1.76-1.79 s.
+pub const MIN_TRAFFIC_PER_TASK: f64 = 18.0;
 
 /// A pending signal huddle should pass on to the program (set from a signal handler).
 pub static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
