@@ -35,23 +35,39 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show the machine model: levels, caches, NUMA nodes, PU OS indexes (hwloc underneath)
+    // `about` rather than doc comments: a doc comment would also reset the subcommand's
+    // long_about, hiding the long help each Args struct carries.
+    #[command(
+        about = "Show the machine model: levels, caches, NUMA nodes, PU OS indexes (hwloc underneath)"
+    )]
     Topo(topo::Args),
-    /// Run a built-in workload whose communication is known; write its ground-truth matrix
+    #[command(
+        about = "Run a built-in workload whose communication is known; write its ground-truth matrix"
+    )]
     Workload(workload::Args),
-    /// Run a program with communication detection; write its task-by-task matrix
+    #[command(about = "Run a program with communication detection; write its task-by-task matrix")]
     Detect(detect::Args),
-    /// Map tasks onto PUs from a communication matrix; --advise compares blocked/cyclic/mapped
+    #[command(
+        about = "Map tasks onto PUs from a communication matrix; --advise compares blocked/cyclic/mapped"
+    )]
     Map(map::Args),
-    /// Launch a program and move its tasks online so that communicating ones share caches
+    #[command(
+        about = "Launch a program and move its tasks online so that communicating ones share caches"
+    )]
     Run(run::RunArgs),
-    /// Manage an already running program (no extra faults: the agent cannot be preloaded)
+    #[command(
+        about = "Manage an already running program (no extra faults: the agent cannot be preloaded)"
+    )]
     Attach(run::AttachArgs),
-    /// Render the HTML report of a `huddle run --report DIR` directory again
+    #[command(about = "Render the HTML report of a `huddle run --report DIR` directory again")]
     Report(report::Args),
-    /// Run an MPI program built with huddle-cc as N pinned ranks (huddle's message passing)
+    #[command(
+        about = "Run an MPI program built with huddle-cc as N pinned ranks (huddle's message passing)"
+    )]
     Launch(launch::Args),
-    /// Measure this machine's message-passing transports and store the per-class rule table
+    #[command(
+        about = "Measure this machine's message-passing transports and store the per-class rule table"
+    )]
     TuneMsg(tune_msg::Args),
 }
 

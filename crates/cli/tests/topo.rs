@@ -123,4 +123,20 @@ fn help_explains_each_subcommand() {
     for flag in ["--xml", "--synthetic", "--json", "--resolve", "--costs"] {
         assert!(text.contains(flag), "topo --help lacks {flag}");
     }
+    // --help shows each subcommand's long description, -h its one line.
+    for (cmd, long) in [
+        ("topo", "Show the machine model huddle maps onto"),
+        ("detect", "Run CMD with communication detection"),
+        ("run", "left out of the mapping"),
+        ("attach", "Manage a program that is already running"),
+        ("launch", "Run PROG as N ranks"),
+    ] {
+        let text = String::from_utf8_lossy(&huddle(&[cmd, "--help"]).stdout).to_string();
+        assert!(
+            text.contains(long),
+            "{cmd} --help lacks its long help: {text}"
+        );
+        let short = String::from_utf8_lossy(&huddle(&[cmd, "-h"]).stdout).to_string();
+        assert!(!short.contains(long), "{cmd} -h: {short}");
+    }
 }

@@ -961,12 +961,12 @@ impl Session {
         true
     }
 
-    /// Every task seen so far, in order of appearance (index = matrix row).
     /// Whether each row is a thread or a whole process.
     pub fn granularity(&self) -> Granularity {
         self.granularity
     }
 
+    /// Every task seen so far, in order of appearance (index = matrix row).
     pub fn tasks(&self) -> Vec<TaskInfo> {
         self.tasks.clone()
     }

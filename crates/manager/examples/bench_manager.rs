@@ -136,7 +136,7 @@ fn quality(
 ) -> Option<Quality> {
     let migrations = || run.decisions.iter().filter(|d| d.action == "migrate");
     let first = migrations().find(|d| d.t > after_s);
-    let kept = first.or_else(|| migrations().filter(|d| d.t <= after_s).last());
+    let kept = first.or_else(|| migrations().rfind(|d| d.t <= after_s));
     let tids: Vec<u64> = wl["tids"]
         .as_array()?
         .iter()
@@ -203,7 +203,9 @@ fn main() {
     println!("  floating over both PUs (the manager's expected cost: each pair shares a PU half the time),");
     println!("  first remap `-`. With traffic spread evenly (all-to-all; clusters, whose 8 tasks form one");
     println!("  cluster; master-worker, whose master talks to 7 workers alike) no pinning on 2 PUs beats");
-    println!("  floating in this model, so huddle leaves them unpinned. phase-change is scored on its");
+    println!(
+        "  floating in this model, so huddle leaves them unpinned. phase-change is scored on its"
+    );
     println!("  second phase: the first remap after the switch, against that phase's ground truth, and its");
     println!("  first-remap time counts from the switch.\n");
     println!("| pattern | mode | plain rounds/s | managed rounds/s | throughput ratio | huddle CPU | first remap (s) | live cost | best cost | quality |");
