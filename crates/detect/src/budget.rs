@@ -28,6 +28,10 @@ const DECAY_PER_S: f64 = 0.707;
 /// tasks' strongest pairs; a window is new when over half its events fall on weak pairs.
 const WEAK_SHARE: f64 = 0.25;
 const NEW_SHARE: f64 = 0.5;
+/// A window is judged against a trend of at least this many (decayed) events only. A thinner
+/// trend (a program that hardly communicates: `false-sharing`'s only events are its barrier
+/// word) holds no pattern for a boost to overturn, and any pair of it looks weak.
+const MIN_TREND: f64 = 32.0;
 
 pub struct Budget {
     high: u64,
@@ -102,7 +106,9 @@ impl Budget {
             }
         }
         // A window too thin to say anything (a quiet program) changes nothing.
+        let trend_total: f64 = self.trend.iter().flatten().sum();
         if self.window_events >= WINDOW_EVENTS
+            && trend_total >= MIN_TREND
             && weak as f64 > NEW_SHARE * self.window_events as f64
         {
             let now = self.window_start_ns + age_ns;
@@ -200,6 +206,28 @@ mod tests {
         }
         assert_eq!(b.boosts, 0);
         assert_eq!(b.floor(t * MS), 75);
+    }
+
+    #[test]
+    fn a_thin_trend_is_not_overturned() {
+        // A few events a second on changing pairs of 8 tasks (a barrier word all touch).
+        let mut b = Budget::new(300, 75, 0);
+        let mut t = 0;
+        let mut k = 0usize;
+        while t < 20_000 {
+            for _ in 0..5 {
+                k = (k * 29 + 3) % 56;
+                let (x, y) = (k / 7, k % 7);
+                b.event(x, if y >= x { y + 1 } else { y });
+            }
+            t += 1000;
+            b.floor(t * MS);
+        }
+        assert_eq!(b.boosts, 0);
+        // A pattern that builds a trend is still followed when it changes.
+        feed(&mut b, &[(0, 1), (2, 3), (4, 5), (6, 7)], t, t + 5000);
+        feed(&mut b, &[(0, 4), (1, 5), (2, 6), (3, 7)], t + 5000, t + 6000);
+        assert_eq!(b.boosts, 1);
     }
 
     #[test]
