@@ -226,7 +226,12 @@ mod tests {
         assert_eq!(b.boosts, 0);
         // A pattern that builds a trend is still followed when it changes.
         feed(&mut b, &[(0, 1), (2, 3), (4, 5), (6, 7)], t, t + 5000);
-        feed(&mut b, &[(0, 4), (1, 5), (2, 6), (3, 7)], t + 5000, t + 6000);
+        feed(
+            &mut b,
+            &[(0, 4), (1, 5), (2, 6), (3, 7)],
+            t + 5000,
+            t + 6000,
+        );
         assert_eq!(b.boosts, 1);
     }
 
