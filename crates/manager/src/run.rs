@@ -96,7 +96,7 @@ pub const DEFAULT_MIN_TRAFFIC: f64 = 64.0;
 /// 9 tasks (the idle main thread counted), none did. Once idle tasks were left out, 16 per
 /// task over the 8 workers let 1 of 25 first remaps (and 1 of 5 in bench/manager) cut two
 /// links; with 18 (144 in all, as before) none of 37 did (first remap at 1.76-2.21 s), yet
-/// 1 of 5 did in bench/manager (23:12 UTC): chance, not ruled out.
+/// 2 of 15 did in bench/manager runs: not explained.
 pub const MIN_TRAFFIC_PER_TASK: f64 = 18.0;
 
 /// A pending signal huddle should pass on to the program (set from a signal handler).
