@@ -91,12 +91,10 @@ pub struct Config {
 /// Default for [`Config::min_traffic`].
 pub const DEFAULT_MIN_TRAFFIC: f64 = 64.0;
 /// ... and at least this much per mapped task: with less, chance decides which of equally
-/// strong links look weakest. `pipeline` x8 threads (2026-11-23, 20 runs each): with 64 in
-/// all, 3 first remaps cut two links of the chain instead of one; with 16 per task over the
-/// 9 tasks (the idle main thread counted), none did. Once idle tasks were left out, 16 per
-/// task over the 8 workers let 1 of 25 first remaps (and 1 of 5 in bench/manager) cut two
-/// links; with 18 (144 in all, as before) none of 37 did (first remap at 1.76-2.21 s), yet
-/// 2 of 15 did in bench/manager runs: not explained.
+/// strong links look weakest. (First remaps of `pipeline` x8 that cut two links of the chain,
+/// ~1 in 15 runs at 16 or 18 per task, were the mapper's doing, not too few events: its
+/// bisection grew from the heaviest stage, a middle one when chance made it so, and pair
+/// swaps could not undo that; see crates/mapping/src/drb.rs.)
 pub const MIN_TRAFFIC_PER_TASK: f64 = 18.0;
 
 /// A pending signal huddle should pass on to the program (set from a signal handler).

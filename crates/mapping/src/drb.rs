@@ -3,8 +3,12 @@
 //! between them, and recurse. Every pair cut at a tree node pays that node's cost, which is
 //! at least what it would pay lower down, so minimising each cut is the right local goal.
 //!
-//! Parts are grown greedily from the heaviest task and refined by Fiduccia-Mattheyses passes
-//! of pair swaps (sizes stay exact).
+//! Each bisection grows side 0 greedily from a few start tasks, refines each result by
+//! Fiduccia-Mattheyses passes of pair swaps (sizes stay exact), and keeps the smallest cut.
+//! Several starts, as graph-growing partitioners use them, because pair swaps cannot leave
+//! some local minima: grown from the heaviest stage of a chain (a middle one), side 0 takes
+//! a middle stretch and the chain is cut twice, and undoing that takes two swaps at once
+//! whose first step alone looks bad. Grown from an end, the chain is cut once.
 
 use crate::arch::{Arch, LEAF};
 use crate::Graph;
@@ -105,24 +109,96 @@ impl State<'_> {
         for &t in tasks {
             self.side[t] = 1;
         }
-        self.grow(tasks, size_a);
-        for _ in 0..8 {
-            if self.fm_pass(tasks) <= 1e-9 {
-                break;
+        // Starts: the heaviest task, and both ends of a longest shortest path found by two
+        // breadth-first sweeps from it (a pseudo-peripheral pair; for a chain, its two ends).
+        let Some(&heaviest) = tasks.first() else {
+            return (Vec::new(), Vec::new());
+        };
+        let far = self.farthest(tasks, heaviest);
+        let other_end = self.farthest(tasks, far);
+        let mut starts = vec![heaviest];
+        for s in [far, other_end] {
+            if !starts.contains(&s) {
+                starts.push(s);
             }
         }
-        let (a, b): (Vec<usize>, Vec<usize>) = tasks.iter().partition(|&&t| self.side[t] == 0);
+        let mut best: Option<(f64, Vec<u8>)> = None;
+        for &start in &starts {
+            for &t in tasks {
+                self.side[t] = 1;
+            }
+            self.grow(tasks, size_a, start);
+            for _ in 0..8 {
+                if self.fm_pass(tasks) <= 1e-9 {
+                    break;
+                }
+            }
+            let cut = self.cut(tasks);
+            // Ties keep the earlier start, so the heaviest start wins unless beaten.
+            if best.as_ref().is_none_or(|(c, _)| cut < *c - 1e-9 * c.abs()) {
+                best = Some((cut, tasks.iter().map(|&t| self.side[t]).collect()));
+            }
+        }
+        let sides = best.map(|(_, s)| s).unwrap_or_default();
+        // Both parts keep the heaviest-first order of `tasks`.
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for (&t, &s) in tasks.iter().zip(&sides) {
+            if s == 0 {
+                a.push(t);
+            } else {
+                b.push(t);
+            }
+        }
         for &t in tasks {
             self.side[t] = NONE;
         }
         (a, b)
     }
 
-    /// Moves `size_a` tasks to side 0, always the one with the most traffic into side 0
-    /// (the heaviest task left when none has any). `tasks` is in that fallback order.
-    fn grow(&mut self, tasks: &[usize], size_a: usize) {
+    /// Traffic between side 0 and side 1 of the part being split.
+    fn cut(&self, tasks: &[usize]) -> f64 {
+        let mut cut = 0.0;
+        for &t in tasks {
+            if self.side[t] == 0 {
+                for (u, w) in self.graph.neighbors(t) {
+                    if self.side[u] == 1 {
+                        cut += w;
+                    }
+                }
+            }
+        }
+        cut
+    }
+
+    /// The task of the part (every task in `tasks` has a side) that a breadth-first search
+    /// from `from` reaches last: the farthest in hops, inside `from`'s connected component.
+    fn farthest(&mut self, tasks: &[usize], from: usize) -> usize {
+        // `locked` marks visited tasks; fm_pass resets it before use.
+        for &t in tasks {
+            self.locked[t] = false;
+        }
+        let mut queue = std::collections::VecDeque::from([from]);
+        self.locked[from] = true;
+        let mut last = from;
+        while let Some(v) = queue.pop_front() {
+            last = v;
+            for (u, _) in self.graph.neighbors(v) {
+                if self.side[u] != NONE && !self.locked[u] {
+                    self.locked[u] = true;
+                    queue.push_back(u);
+                }
+            }
+        }
+        last
+    }
+
+    /// Moves `size_a` tasks to side 0, starting with `start`, then always the one with the
+    /// most traffic into side 0 (the heaviest task left when none has any). `tasks` is in
+    /// that fallback order.
+    fn grow(&mut self, tasks: &[usize], size_a: usize, start: usize) {
         let by_strength = tasks;
         let mut next_seed = 0;
+        let mut first = Some(start);
         // Traffic into side 0; heap entries are only pushed after it is set.
         for &t in tasks {
             self.score[t] = 0.0;
@@ -137,7 +213,7 @@ impl State<'_> {
                     None => break None,
                 }
             };
-            let v = match pick {
+            let v = match first.take().or(pick) {
                 Some(v) => v,
                 None => {
                     while self.side[by_strength[next_seed]] != 1 {

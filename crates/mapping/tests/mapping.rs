@@ -157,6 +157,36 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A pipeline on 2 PUs, oversubscribed: with link weights within a factor 2 of each
+    /// other, the only balanced placement that cuts one link (the middle one) beats every
+    /// other, whatever the task order. huddle's online manager once pinned `pipeline` x8
+    /// cutting two links because bisection grew its first part from a middle stage.
+    #[test]
+    fn a_chain_on_two_pus_is_cut_once_in_the_middle(
+        half in 2usize..17,
+        weights in prop::collection::vec(20u32..40, 33),
+        order in Just((0..34).collect::<Vec<usize>>()).prop_shuffle(),
+    ) {
+        let n = 2 * half;
+        // Stage s is task rank[s]: the task order is a permutation of the chain.
+        let rank: Vec<usize> = order.iter().copied().filter(|&t| t < n).collect();
+        let edges: Vec<(usize, usize, u32)> =
+            (0..n - 1).map(|s| (rank[s], rank[s + 1], weights[s])).collect();
+        let m = random_matrix(n, &edges);
+        let target = synth("pack:1 core:2 pu:1");
+        for alg in [Algorithm::Huddle, Algorithm::Drb] {
+            let slots = map(&m, &target, &opts(alg)).unwrap().slots;
+            let cut: Vec<usize> = (0..n - 1)
+                .filter(|&s| slots[rank[s]] != slots[rank[s + 1]])
+                .collect();
+            prop_assert_eq!(&cut, &vec![half - 1], "{}: links cut", alg);
+        }
+    }
+}
+
 #[test]
 fn too_many_tasks_needs_oversubscribe() {
     let t = synth("pack:1 core:2 pu:2");
