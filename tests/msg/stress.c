@@ -1,9 +1,10 @@
 /* Stress: every rank sends a random sequence of messages (random sizes 0 B..600 KiB, so all
  * three transports, random tags, random destinations) with nonblocking sends; receivers use
- * ANY_SOURCE/ANY_TAG, specific sources with ANY_TAG, specific tags, and Probe+Get_count. Every
- * payload carries (source, sequence, tag, length) and a checksum; sequence numbers from one
- * source must arrive in order (MPI non-overtaking). Plain MPI; the plan is derived from a
- * shared seed so every rank knows how many messages to expect. */
+ * ANY_SOURCE/ANY_TAG, specific sources with ANY_TAG, specific tags, and Probe+Get_count. The
+ * plan comes from a shared seed, so every rank knows every message: each one received must be
+ * the next one its source sent us (MPI non-overtaking; every receive here takes the oldest
+ * message of its source), with the planned length and tag and every byte as sent. Payloads
+ * of 16 B or more also carry (source, sequence, tag, length). Plain MPI. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,34 +29,36 @@ static int msg_len(uint64_t r) {
     }
 }
 
-static uint32_t fill(unsigned char *b, int len, int src, int seq) {
-    uint32_t sum = 0;
-    for (int i = 16; i < len; i++) { b[i] = (unsigned char)(src * 31 + seq * 7 + i); sum += b[i]; }
-    return sum;
+static void fill(unsigned char *b, int len, int src, int seq) {
+    for (int i = 16; i < len; i++) b[i] = (unsigned char)(src * 31 + seq * 7 + i);
 }
 
-static void check_payload(unsigned char *b, int len, MPI_Status *st, int *next_seq, int bytes) {
-    CHECK(bytes == len, "Get_count %d != length %d", bytes, len);
-    if (len < 16) {
+/* Checks a received message against the plan: it must be the next planned message from
+ * st->MPI_SOURCE to us (next[src] is its index in src's plan), `bytes` long. */
+static void check_message(unsigned char *b, int bytes, MPI_Status *st, const struct plan *p, int *next) {
+    int src = st->MPI_SOURCE;
+    if (src < 0 || src >= size) { CHECK(0, "status source %d", src); return; }
+    int seq = next[src];
+    while (seq < MSGS && p[src * MSGS + seq].dst != rank) seq++;
+    if (seq == MSGS) { CHECK(0, "from %d: one message more than planned", src); return; }
+    next[src] = seq + 1;
+    const struct plan *m = &p[src * MSGS + seq];
+    CHECK(bytes == m->len, "from %d seq %d: %d bytes, planned %d", src, seq, bytes, m->len);
+    CHECK(st->MPI_TAG == m->tag, "from %d seq %d: tag %d, planned %d", src, seq, st->MPI_TAG, m->tag);
+    if (bytes != m->len) return;
+    if (m->len < 16) {
         /* Too short to carry a header: bytes that depend on the length and the tag. */
-        for (int i = 0; i < len; i++)
-            if (b[i] != (unsigned char)(len * 13 + st->MPI_TAG * 5 + i)) { CHECK(0, "short payload (%d B, tag %d) byte %d", len, st->MPI_TAG, i); break; }
+        for (int i = 0; i < m->len; i++)
+            if (b[i] != (unsigned char)(m->len * 13 + m->tag * 5 + i)) { CHECK(0, "from %d seq %d (%d B): byte %d", src, seq, m->len, i); break; }
         return;
     }
     int hdr[4];
     memcpy(hdr, b, 16);
-    int src = hdr[0], seq = hdr[1], tag = hdr[2];
-    CHECK(src == st->MPI_SOURCE, "source %d but status says %d", src, st->MPI_SOURCE);
-    CHECK(tag == st->MPI_TAG, "tag %d but status says %d", tag, st->MPI_TAG);
-    CHECK(hdr[3] == len, "header length %d != %d", hdr[3], len);
-    CHECK(seq >= next_seq[src], "from %d: seq %d after %d (overtaken)", src, seq, next_seq[src]);
-    next_seq[src] = seq + 1;
-    uint32_t sum = 0;
-    for (int i = 16; i < len; i++) {
-        if (b[i] != (unsigned char)(src * 31 + seq * 7 + i)) { CHECK(0, "payload from %d seq %d byte %d", src, seq, i); break; }
-        sum += b[i];
-    }
-    (void)sum;
+    CHECK(hdr[0] == src && hdr[1] == seq && hdr[2] == m->tag && hdr[3] == m->len,
+          "from %d seq %d: header says source %d seq %d tag %d length %d (overtaken?)",
+          src, seq, hdr[0], hdr[1], hdr[2], hdr[3]);
+    for (int i = 16; i < m->len; i++)
+        if (b[i] != (unsigned char)(src * 31 + seq * 7 + i)) { CHECK(0, "from %d seq %d: byte %d", src, seq, i); break; }
 }
 
 int main(int argc, char **argv) {
@@ -98,7 +101,7 @@ int main(int argc, char **argv) {
             MPI_Isend(sb[i], m->len, MPI_BYTE, m->dst, m->tag, MPI_COMM_WORLD, &rq[nsend++]);
         }
         unsigned char *rb = malloc(MAXLEN);
-        int next_seq[256] = {0};
+        int next[256] = {0};
         for (int k = 0; k < expect; k++) {
             MPI_Status st;
             int bytes;
@@ -119,8 +122,13 @@ int main(int argc, char **argv) {
                 CHECK(st.MPI_SOURCE == ps.MPI_SOURCE && st.MPI_TAG == ps.MPI_TAG, "probe/recv mismatch");
             }
             MPI_Get_count(&st, MPI_BYTE, &bytes);
-            int len = bytes;
-            check_payload(rb, len, &st, next_seq, bytes);
+            check_message(rb, bytes, &st, p, next);
+        }
+        /* Every planned message to us arrived (none was left unreceived). */
+        for (int s = 0; s < size; s++) {
+            int left = 0;
+            for (int i = next[s]; i < MSGS; i++) left += p[s * MSGS + i].dst == rank;
+            CHECK(left == 0, "%d planned messages from %d never matched", left, s);
         }
         MPI_Waitall(nsend, rq, MPI_STATUSES_IGNORE);
         for (int i = 0; i < MSGS; i++) free(sb[i]);

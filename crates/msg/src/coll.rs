@@ -6,8 +6,9 @@
 //! therefore crosses each package link once per message (not once per rank), and large
 //! messages are cut in segments that flow down (Bcast) or up (Reduce) the tree in a
 //! pipeline. Alltoall is a pairwise exchange with one send and one receive in flight per rank,
-//! so a package link carries at most one message per rank at a time. Large Allreduce runs
-//! around a ring of the ranks in machine order (reduce-scatter, then allgather).
+//! in an order that spreads the messages crossing the package link evenly over its steps (see
+//! [`exchange_order`]). Large Allreduce runs around a ring of the ranks in machine order
+//! (reduce-scatter, then allgather).
 
 use crate::engine::{Engine, Status};
 use crate::ops::{self, Op, Type};
@@ -47,6 +48,8 @@ pub struct Comm {
     pub ctx: u32,
     pub errhandler: i32,
     trees: HashMap<usize, Tree>,
+    /// Alltoall's exchange order (see [`exchange_order`]) and this rank's position in it.
+    exchange: Option<(Rc<Vec<usize>>, usize)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -68,6 +71,7 @@ impl Comm {
             ctx,
             errhandler: 0,
             trees: HashMap::new(),
+            exchange: None,
         }
     }
 
@@ -97,6 +101,112 @@ impl Comm {
         order.sort_by_key(|&r| (e.keys(self.ranks[r]), r));
         order
     }
+
+    /// The members in the order Alltoall's exchange steps shift over, and our position in
+    /// it; computed once per communicator (every member computes the same from the keys).
+    fn exchange_order(&mut self, e: &Engine) -> (Rc<Vec<usize>>, usize) {
+        if let Some((order, pos)) = &self.exchange {
+            return (order.clone(), *pos);
+        }
+        let keys: Vec<[u32; NKEYS]> = self.ranks.iter().map(|&w| e.keys(w)).collect();
+        let order = Rc::new(exchange_order(&keys));
+        let pos = order.iter().position(|&r| r == self.me).unwrap_or(0);
+        self.exchange = Some((order.clone(), pos));
+        (order, pos)
+    }
+}
+
+/// Largest communicator whose exchange order is searched; larger ones keep machine order
+/// (one sweep of the search costs O(n^3)).
+const EXCHANGE_SEARCH_MAX: usize = 256;
+
+/// The order of the members (indexes into `keys`) for Alltoall's pairwise exchange, where at
+/// step s the member at position i sends to the one at position i + s (mod n).
+///
+/// In machine order the steps are lopsided: with two packages of m ranks, step m sends every
+/// message across the package link at once while step 1 sends two. The total that must cross
+/// is fixed, so the order is rearranged to spread it: starting from machine order, members
+/// of different groups swap places while that lowers the most messages any one step sends
+/// across groups (ties: the sum of squares over steps). Groups are packages, or NUMA nodes
+/// when the members share one package; with one group, machine order is kept. The search is
+/// deterministic, so every member computes the same order.
+pub fn exchange_order(keys: &[[u32; NKEYS]]) -> Vec<usize> {
+    let n = keys.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&r| (keys[r], r));
+    let Some(level) = (0..2).find(|&l| keys.iter().any(|k| k[l] != keys[0][l])) else {
+        return order;
+    };
+    if n > EXCHANGE_SEARCH_MAX {
+        return order;
+    }
+    let mut group: Vec<u32> = order.iter().map(|&r| keys[r][level]).collect();
+    let mut cross = crossings(&group);
+    let score = |c: &[usize]| {
+        (
+            c.iter().copied().max().unwrap_or(0),
+            c.iter().map(|&x| x * x).sum::<usize>(),
+        )
+    };
+    let mut best = score(&cross);
+    // Sends from position i at step s that cross groups, for the positions a swap of a and b
+    // touches (i = a, b, a - s, b - s), each counted once, added to or taken from `cross[s - 1]`.
+    let touch = |group: &[u32], cross: &mut [usize], a: usize, b: usize, add: bool| {
+        for s in 1..n {
+            let mut seen = [usize::MAX; 4];
+            for (k, i) in [a, b, (a + n - s) % n, (b + n - s) % n]
+                .into_iter()
+                .enumerate()
+            {
+                if seen[..k].contains(&i) {
+                    continue;
+                }
+                seen[k] = i;
+                if group[i] != group[(i + s) % n] {
+                    if add {
+                        cross[s - 1] += 1;
+                    } else {
+                        cross[s - 1] -= 1;
+                    }
+                }
+            }
+        }
+    };
+    loop {
+        let mut improved = false;
+        for a in 0..n {
+            for b in a + 1..n {
+                if group[a] == group[b] {
+                    continue;
+                }
+                touch(&group, &mut cross, a, b, false);
+                group.swap(a, b);
+                touch(&group, &mut cross, a, b, true);
+                let sc = score(&cross);
+                if sc < best {
+                    best = sc;
+                    order.swap(a, b);
+                    improved = true;
+                } else {
+                    touch(&group, &mut cross, a, b, false);
+                    group.swap(a, b);
+                    touch(&group, &mut cross, a, b, true);
+                }
+            }
+        }
+        if !improved {
+            return order;
+        }
+    }
+}
+
+/// For the groups of the members in exchange order, how many sends of each step s = 1..n-1
+/// go to a member of another group (entry s - 1).
+pub fn crossings(group: &[u32]) -> Vec<usize> {
+    let n = group.len();
+    (1..n)
+        .map(|s| (0..n).filter(|&i| group[i] != group[(i + s) % n]).count())
+        .collect()
 }
 
 /// Every member's parent and children in the topology tree rooted at `root`.
@@ -635,13 +745,15 @@ unsafe fn exchange(
         }
         return wait_all(e, ids);
     }
-    // Step s: send to me+s, receive from me-s. Every rank is at the same step, so each
-    // transfer's partner is ready for it, and each rank has one message in flight each way.
-    // Every rank is receiving at each step, so single copies are left to the receivers
-    // (isend_solo), and our own block is copied last: the peers' first reads start at once.
+    // Step s: send to the member s places after us in the exchange order, receive from the
+    // one s places before. Every rank is at the same step, so each transfer's partner is
+    // ready for it, and each rank has one message in flight each way. Every rank is receiving
+    // at each step, so single copies are left to the receivers (isend_solo), and our own
+    // block is copied last: the peers' first reads start at once.
+    let (order, pos) = c.exchange_order(e);
     for step in 1..n {
-        let dst = (me + step) % n;
-        let src = (me + n - step) % n;
+        let dst = order[(pos + step) % n];
+        let src = order[(pos + n - step) % n];
         let (ro, rc) = rblock(src);
         let r = e.irecv(
             unsafe { recv.add(ro) },
@@ -741,6 +853,74 @@ mod tests {
                 .count();
             assert_eq!(l3_crossing, 3, "root {root}: one edge per other L3");
         }
+    }
+
+    /// Keys of ranks on packages of the given sizes, in rank order.
+    fn packages(sizes: &[u32]) -> Vec<[u32; NKEYS]> {
+        let mut keys = Vec::new();
+        for (p, &m) in sizes.iter().enumerate() {
+            for c in 0..m {
+                let core = keys.len() as u32;
+                keys.push([p as u32, p as u32, p as u32, core, c]);
+            }
+        }
+        keys
+    }
+
+    #[test]
+    fn exchange_order_spreads_package_crossings_over_the_steps() {
+        for sizes in [
+            &[4, 4][..],
+            &[8, 8],
+            &[16, 16],
+            &[4, 4, 4, 4],
+            &[3, 5],
+            &[6, 6, 6],
+            &[32, 32],
+        ] {
+            let keys = packages(sizes);
+            let n = keys.len();
+            let order = exchange_order(&keys);
+            let mut sorted = order.clone();
+            sorted.sort();
+            assert_eq!(
+                sorted,
+                (0..n).collect::<Vec<_>>(),
+                "{sizes:?}: a permutation"
+            );
+            let group = |o: &[usize]| o.iter().map(|&r| keys[r][0]).collect::<Vec<_>>();
+            let machine = crossings(&group(&(0..n).collect::<Vec<_>>()));
+            let spread = crossings(&group(&order));
+            // The total is fixed; every step carries at most one message over the average.
+            assert_eq!(spread.iter().sum::<usize>(), machine.iter().sum::<usize>());
+            let bound = machine.iter().sum::<usize>().div_ceil(n - 1);
+            let peak = *spread.iter().max().unwrap();
+            assert!(peak <= bound + 1, "{sizes:?}: peak {peak}, bound {bound}");
+            // Packages of equal size: machine order's middle step sends every message
+            // across; the spread order does not.
+            if sizes.iter().all(|&m| m == sizes[0]) && n >= 8 {
+                assert!(peak < *machine.iter().max().unwrap(), "{sizes:?}");
+            }
+        }
+        // Two packages of 16: the middle step no longer sends all 32 messages across.
+        let keys = packages(&[16, 16]);
+        let g: Vec<u32> = exchange_order(&keys).iter().map(|&r| keys[r][0]).collect();
+        assert_eq!(
+            crossings(&(0..32).map(|r| keys[r][0]).collect::<Vec<_>>())[15],
+            32
+        );
+        assert!(*crossings(&g).iter().max().unwrap() <= 18);
+    }
+
+    #[test]
+    fn exchange_order_keeps_machine_order_on_one_package() {
+        let keys: Vec<[u32; NKEYS]> = (0..6u32).rev().map(|r| [0, 0, r / 2, r, r]).collect();
+        // Machine order: by keys, so the ranks with the lowest cores first.
+        assert_eq!(exchange_order(&keys), vec![5, 4, 3, 2, 1, 0]);
+        // One package with two NUMA nodes: the nodes are the groups.
+        let numa: Vec<[u32; NKEYS]> = (0..8u32).map(|r| [0, r / 4, r / 4, r, r]).collect();
+        let g: Vec<u32> = exchange_order(&numa).iter().map(|&r| numa[r][1]).collect();
+        assert!(*crossings(&g).iter().max().unwrap() < 8);
     }
 
     #[test]

@@ -239,6 +239,8 @@ pub struct Stats {
     pub eager: u64,
     pub pipelined: u64,
     pub single_copy: u64,
+    /// Waits that ended in a futex sleep (the spin and yield budget ran out).
+    pub sleeps: u64,
 }
 
 // Requests hold raw pointers to user buffers and `Rc`s shared only with the communicators of
@@ -497,14 +499,10 @@ impl Engine {
     }
 
     pub fn check_abort(&self) -> Result<(), MsgError> {
-        let h = self.seg.header();
-        if h.abort.load(Ordering::Relaxed) != 0 {
-            return Err(MsgError::Aborted {
-                rank: h.abort_rank.load(Ordering::SeqCst),
-                code: h.abort_code.load(Ordering::SeqCst),
-            });
+        match self.seg.aborted() {
+            Some((rank, code)) => Err(MsgError::Aborted { rank, code }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// A slot for the request `make` builds. The slot is taken first and the request built
@@ -531,6 +529,13 @@ impl Engine {
 
     pub fn is_live(&self, id: usize) -> bool {
         self.reqs.get(id).is_some_and(|r| r.is_some())
+    }
+
+    /// The context (communicator) of a live request.
+    pub fn request_ctx(&self, id: usize) -> Option<u32> {
+        self.reqs.get(id)?.as_ref().map(|r| match r.kind {
+            Kind::Send { ctx, .. } | Kind::Recv { ctx, .. } => ctx,
+        })
     }
 
     pub fn is_done(&self, id: usize) -> bool {
@@ -1421,6 +1426,7 @@ impl Engine {
                 self.seg.rank(self.me).waiting.store(0, Ordering::SeqCst);
                 return Ok(());
             }
+            self.stats.sleeps += 1;
             shm::futex_wait(&self.seg.rank(self.me).doorbell, seen, self.spin.sleep_ms);
             self.seg.rank(self.me).waiting.store(0, Ordering::SeqCst);
             spins = self.spin.polls / 2;

@@ -65,6 +65,9 @@ struct Lib {
     comms: Vec<Option<Comm>>,
     next_ctx: u32,
     thread_level: c_int,
+    /// The communicator whose error handler takes this call's error when it is not the one
+    /// the call names: a request call's error belongs to the request's communicator.
+    err_comm: Option<MPI_Comm>,
 }
 
 /// The library. No lock: we provide at most MPI_THREAD_SERIALIZED, so the program itself
@@ -123,11 +126,12 @@ fn call(name: &str, comm: MPI_Comm, f: impl FnOnce(&mut Lib) -> R<()>) -> c_int 
                 eprintln!("huddle-msg: {name} called before MPI_Init or after MPI_Finalize");
                 std::process::exit(1);
             };
+            lib.err_comm = None;
             match f(lib) {
                 Ok(()) => MPI_SUCCESS,
                 Err(Fail(code, msg)) => {
                     let handler = lib
-                        .comm(comm)
+                        .comm(lib.err_comm.unwrap_or(comm))
                         .or_else(|_| lib.comm(COMM_WORLD))
                         .map_or(ERRORS_ARE_FATAL, |c| c.errhandler);
                     if handler == ERRORS_RETURN {
@@ -157,6 +161,22 @@ fn call(name: &str, comm: MPI_Comm, f: impl FnOnce(&mut Lib) -> R<()>) -> c_int 
 }
 
 impl Lib {
+    /// Sends the error of `r`, if any, to the handler of the communicator with context
+    /// `ctx` (a request's: point-to-point or its collective context).
+    fn blame(&mut self, ctx: Option<u32>, r: R<()>) -> R<()> {
+        if let (Err(_), Some(ctx)) = (&r, ctx) {
+            self.err_comm = self
+                .comms
+                .iter()
+                .position(|c| {
+                    c.as_ref()
+                        .is_some_and(|c| c.ctx == ctx || c.ctx.wrapping_add(1) == ctx)
+                })
+                .and_then(|i| MPI_Comm::try_from(i).ok());
+        }
+        r
+    }
+
     fn comm(&self, h: MPI_Comm) -> R<&Comm> {
         usize::try_from(h)
             .ok()
@@ -307,6 +327,7 @@ fn init() -> c_int {
             comms: vec![None, Some(world), Some(selfc)],
             next_ctx: 4,
             thread_level: 0,
+            err_comm: None,
         };
         if with_lib(|g| *g = Some(lib)).is_none() {
             eprintln!("huddle-msg: MPI_Init called while another MPI call runs");
@@ -822,10 +843,11 @@ pub unsafe extern "C" fn MPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status
             put_status(status, empty_status());
             return Ok(());
         };
+        let ctx = l.eng.request_ctx(id);
         let st = l.eng.wait(id)?;
         *req = 0;
         put_status(status, st);
-        status_error(&st)
+        l.blame(ctx, status_error(&st))
     })
 }
 
@@ -850,11 +872,12 @@ pub unsafe extern "C" fn MPI_Test(
             *flag = 0;
             return Ok(());
         }
+        let ctx = l.eng.request_ctx(id);
         let st = l.eng.release(id);
         *req = 0;
         *flag = 1;
         put_status(status, st);
-        status_error(&st)
+        l.blame(ctx, status_error(&st))
     })
 }
 
@@ -880,6 +903,38 @@ unsafe fn req_slice<'a>(count: c_int, reqs: *mut MPI_Request) -> R<&'a mut [MPI_
     Ok(std::slice::from_raw_parts_mut(reqs, n))
 }
 
+/// Releases every completed request of Waitall/Testall into `statuses`; the first failed
+/// one's communicator takes the error.
+unsafe fn release_all(
+    l: &mut Lib,
+    ids: &[Option<usize>],
+    hs: &mut [MPI_Request],
+    statuses: *mut MPI_Status,
+) -> R<()> {
+    let mut failed: Option<Option<u32>> = None;
+    for (k, id) in ids.iter().enumerate() {
+        let ctx = id.and_then(|i| l.eng.request_ctx(i));
+        let st = id.map_or_else(empty_status, |i| l.eng.release(i));
+        if st.error != 0 && failed.is_none() {
+            failed = Some(ctx);
+        }
+        hs[k] = 0;
+        if !statuses.is_null() {
+            put_status(statuses.add(k), st);
+        }
+    }
+    match failed {
+        Some(ctx) => l.blame(
+            ctx,
+            Err(Fail(
+                MPI_ERR_IN_STATUS,
+                "a request failed; see its status".into(),
+            )),
+        ),
+        None => Ok(()),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Waitall(
     count: c_int,
@@ -898,25 +953,7 @@ pub unsafe extern "C" fn MPI_Waitall(
             }
             pending == ids.len()
         })?;
-        let mut failed = false;
-        for (k, id) in ids.iter().enumerate() {
-            let st = match id {
-                Some(i) => l.eng.release(*i),
-                None => empty_status(),
-            };
-            failed |= st.error != 0;
-            hs[k] = 0;
-            if !statuses.is_null() {
-                put_status(statuses.add(k), st);
-            }
-        }
-        if failed {
-            return Err(Fail(
-                MPI_ERR_IN_STATUS,
-                "a request failed; see its status".into(),
-            ));
-        }
-        Ok(())
+        release_all(l, &ids, hs, statuses)
     })
 }
 
@@ -944,11 +981,13 @@ pub unsafe extern "C" fn MPI_Waitany(
             .iter()
             .position(|id| id.is_some_and(|i| l.eng.is_done(i)))
             .ok_or_else(|| Fail(MPI_ERR_INTERN, "no request completed".into()))?;
-        let st = l.eng.release(ids[k].unwrap_or_default());
+        let id = ids[k].unwrap_or_default();
+        let ctx = l.eng.request_ctx(id);
+        let st = l.eng.release(id);
         hs[k] = 0;
         *index = k as c_int;
         put_status(status, st);
-        status_error(&st)
+        l.blame(ctx, status_error(&st))
     })
 }
 
@@ -972,22 +1011,7 @@ pub unsafe extern "C" fn MPI_Testall(
             return Ok(());
         }
         *flag = 1;
-        let mut failed = false;
-        for (k, id) in ids.iter().enumerate() {
-            let st = id.map_or_else(empty_status, |i| l.eng.release(i));
-            failed |= st.error != 0;
-            hs[k] = 0;
-            if !statuses.is_null() {
-                put_status(statuses.add(k), st);
-            }
-        }
-        if failed {
-            return Err(Fail(
-                MPI_ERR_IN_STATUS,
-                "a request failed; see its status".into(),
-            ));
-        }
-        Ok(())
+        release_all(l, &ids, hs, statuses)
     })
 }
 
@@ -1216,7 +1240,8 @@ pub unsafe extern "C" fn MPI_Gather(
             0
         };
         let send = if sendbuf as usize == IN_PLACE && c.me == root {
-            std::slice::from_raw_parts(recvbuf as *const u8, rb).to_vec()
+            // In place: the root's block already sits at its slot of recvbuf.
+            std::slice::from_raw_parts((recvbuf as *const u8).add(root * rb), rb).to_vec()
         } else {
             let sb = bytes(sendbuf, sendcount, sendtype)?;
             contribution(sendbuf, recvbuf, sb)

@@ -200,21 +200,21 @@ fn supervise(l: &Launch, seg: &Segment, n: usize) -> Result<Outcome, MsgError> {
             if let Some(why) = why {
                 if failure.is_none() {
                     let pid = c.id();
-                    failure = Some(format!("rank {r} (pid {pid}) {why}"));
+                    // A rank that called MPI_Abort (or hit a fatal error) raised the abort
+                    // before it and the others exited: that is the cause to report.
+                    failure = Some(match seg.aborted() {
+                        Some((a, code)) => format!("rank {a} aborted the job (code {code})"),
+                        None => format!("rank {r} (pid {pid}) {why}"),
+                    });
                     seg.raise_abort(r as i32, end.code().max(1));
                     deadline.get_or_insert(Instant::now() + l.grace);
                 }
             }
             ends[r] = Some(end);
         }
-        let h = seg.header();
-        if h.abort.load(Ordering::SeqCst) != 0 && deadline.is_none() {
+        if let (Some((r, code)), None) = (seg.aborted(), deadline) {
             // A rank called MPI_Abort or hit a fatal MPI error.
-            let r = h.abort_rank.load(Ordering::SeqCst);
-            failure.get_or_insert(format!(
-                "rank {r} aborted the job (code {})",
-                h.abort_code.load(Ordering::SeqCst)
-            ));
+            failure.get_or_insert(format!("rank {r} aborted the job (code {code})"));
             deadline = Some(Instant::now() + l.grace);
         }
         let sig = PENDING_SIGNAL.swap(0, Ordering::SeqCst);

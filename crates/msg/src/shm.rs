@@ -15,6 +15,9 @@ const VERSION: u32 = 4;
 /// Placement keys per rank: package, NUMA node, L3, L2, core (logical indexes; NONE if absent).
 pub const NKEYS: usize = 5;
 pub const NONE: u32 = u32::MAX;
+/// `Header::abort`: a caller of raise_abort has claimed it / has written rank and code.
+const ABORT_CLAIMED: u32 = 1;
+const ABORT_RAISED: u32 = 2;
 
 /// Rank states in `RankSlot::state`.
 pub const STATE_STARTED: u32 = 0;
@@ -28,7 +31,8 @@ pub struct Header {
     pub nranks: u32,
     pub ring_bytes: u64,
     total_bytes: u64,
-    /// Nonzero once the job must stop: a rank died, called MPI_Abort or hit a fatal error.
+    /// ABORT_RAISED once the job must stop: a rank died, called MPI_Abort or hit a fatal
+    /// error (ABORT_CLAIMED while the first caller writes who and why).
     pub abort: AtomicU32,
     pub abort_rank: AtomicI32,
     pub abort_code: AtomicI32,
@@ -331,19 +335,36 @@ impl Segment {
         unsafe { self.base.add(off) }
     }
 
-    /// Tells every rank to stop (first caller wins) and wakes the sleepers.
+    /// Tells every rank to stop (first caller wins) and wakes the sleepers. The rank and
+    /// code are written before the flag says so: a reader never sees the zeros of a fresh
+    /// segment instead.
     pub fn raise_abort(&self, rank: i32, code: i32) {
         let h = self.header();
         if h.abort
-            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+            .compare_exchange(0, ABORT_CLAIMED, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
             h.abort_rank.store(rank, Ordering::SeqCst);
             h.abort_code.store(code, Ordering::SeqCst);
+            h.abort.store(ABORT_RAISED, Ordering::Release);
         }
         for r in 0..self.n {
             ring_doorbell(&self.rank(r).doorbell, true);
         }
+    }
+}
+
+impl Segment {
+    /// (rank, code) of the abort once one is raised.
+    #[inline]
+    pub fn aborted(&self) -> Option<(i32, i32)> {
+        let h = self.header();
+        (h.abort.load(Ordering::Acquire) == ABORT_RAISED).then(|| {
+            (
+                h.abort_rank.load(Ordering::Relaxed),
+                h.abort_code.load(Ordering::Relaxed),
+            )
+        })
     }
 }
 

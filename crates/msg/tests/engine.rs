@@ -8,7 +8,7 @@ use huddle_msg::engine::{Engine, ANY};
 use huddle_msg::launch::{self, Launch, RankEnd};
 use huddle_msg::ops::{Op, Type};
 use huddle_msg::rules::{Class, Rule, NCLASS};
-use huddle_msg::shm::JobSpec;
+use huddle_msg::shm::{self, JobSpec};
 use huddle_msg::MsgError;
 use std::time::{Duration, Instant};
 
@@ -335,6 +335,8 @@ fn oversubscribed_ranks_sleep_instead_of_spinning() {
         traffic(&mut e).unwrap();
         let mut world = Comm::new((0..n).collect(), n, me, 0);
         coll::barrier(&mut e, &mut world).unwrap();
+        // Five ranks on one PU: waiting means sleeping, not spinning.
+        assert!(e.stats().sleeps > 0, "{:?}", e.stats());
         e.mark_finalized();
         return;
     }
@@ -345,6 +347,54 @@ fn oversubscribed_ranks_sleep_instead_of_spinning() {
     );
     assert_all_exited_0(&out);
     assert!(start.elapsed() < Duration::from_secs(240));
+}
+
+/// Alltoall(v) over two "packages" of four ranks: the exchange runs in the order that spreads
+/// package crossings over the steps (not rank order), and every block still arrives right.
+#[test]
+fn alltoall_in_the_spread_exchange_order() {
+    if in_rank() {
+        let mut e = Engine::from_env().unwrap();
+        let (me, n) = (e.rank(), e.size());
+        let mut world = Comm::new((0..n).collect(), n, me, 0);
+        let keys: Vec<[u32; shm::NKEYS]> = (0..n).map(|r| e.keys(r)).collect();
+        let order = coll::exchange_order(&keys);
+        assert_ne!(
+            order,
+            (0..n).collect::<Vec<_>>(),
+            "the order differs from rank order"
+        );
+        for block in [5_000usize, 70_000] {
+            let send: Vec<u8> = (0..n * block)
+                .map(|i| (me * 31 + (i / block) * 7 + i % 251) as u8)
+                .collect();
+            let mut recv = vec![0u8; n * block];
+            unsafe {
+                coll::alltoall(
+                    &mut e,
+                    &mut world,
+                    send.as_ptr(),
+                    block,
+                    recv.as_mut_ptr(),
+                    block,
+                )
+            }
+            .unwrap();
+            for r in 0..n {
+                for i in (0..block).step_by(97) {
+                    let want = (r * 31 + me * 7 + (me * block + i) % 251) as u8;
+                    assert_eq!(recv[r * block + i], want, "block {block} from {r} byte {i}");
+                }
+            }
+        }
+        coll::barrier(&mut e, &mut world).unwrap();
+        e.mark_finalized();
+        return;
+    }
+    let mut job = spec(8, false);
+    job.keys = (0..8u32).map(|r| [r / 4, r / 4, r / 4, r, r]).collect();
+    let out = run("alltoall_in_the_spread_exchange_order", job);
+    assert_all_exited_0(&out);
 }
 
 #[test]
