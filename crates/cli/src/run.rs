@@ -19,10 +19,12 @@ pub struct Common {
     /// Migrate only when the predicted communication cost falls by at least this many percent
     #[arg(long, default_value_t = 5.0, value_name = "PERCENT")]
     pub threshold: f64,
-    /// Move each process's private pages to the NUMA node of its new PU (move_pages)
+    /// After a migration, move the task's memory to the NUMA node of its new PU (move_pages):
+    /// a thread's pages that only it was seen touching, or with --processes a process's
+    /// private memory. Only where the allowed PUs span several NUMA nodes
     #[arg(long)]
     pub move_pages: bool,
-    /// Pages moved per process per interval with --move-pages (the rate limit)
+    /// Pages moved per task per interval with --move-pages (the rate limit)
     #[arg(long, default_value_t = 1024, value_name = "PAGES")]
     pub page_budget: usize,
     /// Only use these PUs (hwloc location syntax: pu:0-3, core:2, package:1.core:0, 0-3)
@@ -91,9 +93,12 @@ pub struct RunArgs {
 #[derive(clap::Args)]
 #[command(
     long_about = "Manage a program that is already running: like `huddle run`, but the \
-    agent cannot be preloaded, so only first-touch faults of new memory are seen. huddle only \
-    acts on processes its user may ptrace. Stops when the program ends, after --seconds, or on \
-    SIGINT; the program runs on."
+    agent cannot be preloaded, so only first-touch faults of new memory are seen. The process \
+    and every process below it (an mpirun and its ranks) are followed, with all their threads; \
+    tasks started later are picked up too. Tasks are only placed on the CPUs the program may \
+    already run on (the union of its threads' affinity masks, which the kernel keeps inside \
+    their cpuset). huddle only acts on processes its user may ptrace. Stops when the program \
+    ends, after --seconds, or on SIGINT; the program runs on."
 )]
 pub struct AttachArgs {
     #[command(flatten)]
@@ -104,6 +109,9 @@ pub struct AttachArgs {
     /// The process to manage
     pub pid: i32,
 }
+
+/// Pages whose owner is recorded with --move-pages (about 50 MB of table at most).
+const PAGE_OWNERS_MAX: usize = 1 << 20;
 
 fn detect_config(c: &Common, agent: bool) -> detect::Config {
     detect::Config {
@@ -121,12 +129,22 @@ fn detect_config(c: &Common, agent: bool) -> detect::Config {
             interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
             private_memory: true,
         }),
+        // A thread's pages can only follow it if the detector records who touches them;
+        // a whole process takes all its private memory along.
+        page_owners: if c.move_pages && !c.processes {
+            PAGE_OWNERS_MAX
+        } else {
+            0
+        },
         ..detect::Config::default()
     }
 }
 
+/// Options checked, machine loaded, policy made. `cpus`: the OS CPUs the program may run on
+/// when that is not huddle's own set (attach); the mapping uses only those.
 fn check(
     c: &Common,
+    cpus: Option<&[u32]>,
 ) -> anyhow::Result<(mapping::Target, Box<dyn manager::policy::Policy>, String)> {
     if !(0.0..100.0).contains(&c.threshold) {
         return Err(bad_input(format!(
@@ -134,7 +152,17 @@ fn check(
             c.threshold
         )));
     }
-    let machine = c.machine.load()?;
+    let mut machine = c.machine.load()?;
+    if let Some(cpus) = cpus {
+        for pu in &mut machine.pus {
+            pu.allowed = cpus.contains(&pu.os_index);
+        }
+        if !machine.pus.iter().any(|p| p.allowed) {
+            return Err(bad_input(format!(
+                "the program may only run on CPUs {cpus:?}, none of which is in the machine model"
+            )));
+        }
+    }
     let policy = match c.policy.as_str() {
         "simmer" => simmer_policy(c, &machine)?,
         other => manager::policy::parse(other, c.seed).map_err(bad_input)?,
@@ -238,7 +266,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if args.common.policy == "simmer" && detect::resolve_program(program).is_some() {
         preload(&crate::agent::pmpi_library(program).map_err(bad_input)?);
     }
-    let (target, policy, machine) = check(&args.common)?;
+    let (target, policy, machine) = check(&args.common, None)?;
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),
@@ -285,13 +313,19 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
             "--policy simmer needs the PMPI agent preloaded into the ranks: start the program with `huddle run`",
         ));
     }
-    let (target, policy, machine) = check(&args.common)?;
     if args.pid <= 0 {
         return Err(bad_input(format!("{}: not a process id", args.pid)));
     }
     manager::procs::may_ptrace(args.pid as u32).map_err(|e| {
         bad_input(format!("process {}: not allowed to act on it ({e}); huddle only manages processes its user may ptrace", args.pid))
     })?;
+    // The program's CPUs, not huddle's: it may have been started under another affinity
+    // mask or cpuset.
+    let cpus = manager::actuate::tree_cpus(args.pid as u32);
+    if cpus.is_empty() {
+        return Err(bad_input(format!("process {}: no such process", args.pid)));
+    }
+    let (target, policy, machine) = check(&args.common, Some(&cpus))?;
     let session = detect::Session::start(
         detect::Target::Attach(args.pid),
         &detect_config(&args.common, false),

@@ -132,6 +132,339 @@ fn sigterm_to_huddle_reaches_the_program() {
     );
 }
 
+#[test]
+fn sigint_to_huddle_reaches_the_program() {
+    // Sent with kill (not from a terminal, which would reach the program itself).
+    let child = huddle()
+        .args(["run", "--quiet", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = wait_for(child, Duration::from_secs(20));
+    assert_eq!(
+        st.code(),
+        Some(128 + libc::SIGINT),
+        "sleep died of the forwarded SIGINT"
+    );
+}
+
+/// Processes of the tree below `pid` (children, grandchildren), from the ppid of every
+/// process in /proc.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let after = stat.rsplit_once(')').map_or("", |x| x.1);
+        if let Some(pp) = after
+            .split_whitespace()
+            .nth(1)
+            .and_then(|x| x.parse::<u32>().ok())
+        {
+            parent.insert(p, pp);
+        }
+    }
+    let mut out: Vec<u32> = parent
+        .keys()
+        .copied()
+        .filter(|&p| {
+            let mut x = p;
+            while let Some(&pp) = parent.get(&x) {
+                if pp == pid {
+                    return true;
+                }
+                x = pp;
+            }
+            false
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+fn json_file(path: PathBuf) -> serde_json::Value {
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The agent's ring files live in a private directory: 0700, files 0600.
+#[test]
+fn the_agents_files_are_private() {
+    let dir = scratch("agent-files");
+    let child = huddle()
+        .env("XDG_RUNTIME_DIR", &*dir)
+        .args(["run", "--quiet", "--", "sleep", "1.5"])
+        .spawn()
+        .unwrap();
+    let prefix = format!("huddle-detect-{}-", child.id());
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut checked = 0;
+    while checked == 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+        for e in std::fs::read_dir(&*dir).unwrap().flatten() {
+            if !e.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            let mode =
+                |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(&e.path()), 0o700, "{}", e.path().display());
+            for f in std::fs::read_dir(e.path()).unwrap().flatten() {
+                assert_eq!(mode(&f.path()), 0o600, "{}", f.path().display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked > 0,
+        "no agent ring file appeared in {}",
+        dir.display()
+    );
+    assert!(wait_for(child, Duration::from_secs(20)).success());
+}
+
+/// attach follows the process and every process below it (as it would an mpirun and its
+/// ranks), and places tasks only on the CPUs the program may run on, not huddle's.
+#[test]
+fn attach_follows_a_process_tree_inside_its_cpus() {
+    let dir = scratch("attach-tree");
+    let report = dir.join("r");
+    // The program runs on the last CPU only; huddle on all of them.
+    let cpu = *common::own_cpus().last().unwrap();
+    let mut target = Command::new("taskset")
+        .args(["-c", &cpu.to_string(), env!("CARGO_BIN_EXE_huddle")])
+        .args([
+            "workload",
+            "ring",
+            "--processes",
+            "3",
+            "--seconds",
+            "8",
+            "--out-dir",
+        ])
+        .arg(dir.join("wl"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let end = Instant::now() + Duration::from_secs(10);
+    while descendants(pid).len() < 3 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ranks = descendants(pid);
+    assert!(ranks.len() >= 3, "the workload's processes: {ranks:?}");
+    let out = run(&[
+        "attach",
+        "--quiet",
+        "--processes",
+        "--policy",
+        "static:scatter",
+        "--seconds",
+        "1.5",
+        "--report",
+        &report.display().to_string(),
+        &pid.to_string(),
+    ]);
+    let _ = target.kill();
+    let _ = target.wait();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tasks = json_file(report.join("tasks.json"));
+    let pids: Vec<u64> = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["pid"].as_u64().unwrap())
+        .collect();
+    for r in &ranks {
+        assert!(
+            pids.contains(&(*r as u64)),
+            "process {r} of the tree is a task: {pids:?}"
+        );
+    }
+    let info = json_file(report.join("run.json"));
+    assert_eq!(info["allowed_pus"], serde_json::json!([cpu]), "{info}");
+    // Scatter spreads the tasks over every allowed CPU: here only the program's own, where
+    // taskset put them already (so the placement is live and nothing moves).
+    let decisions = json_file(report.join("decisions.json"));
+    let first = decisions
+        .as_array()
+        .unwrap()
+        .first()
+        .unwrap_or_else(|| panic!("static:scatter decides at once: {decisions}"));
+    assert!(
+        first["mapping"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p.as_u64() == Some(cpu as u64)),
+        "{first}"
+    );
+    let mapped: Vec<u64> = first["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| tasks[i.as_u64().unwrap() as usize]["pid"].as_u64().unwrap())
+        .collect();
+    assert!(
+        ranks.iter().all(|r| mapped.contains(&(*r as u64))),
+        "{mapped:?} vs {ranks:?}"
+    );
+}
+
+/// The program dies (SIGKILL from outside) while huddle is deciding and pinning: huddle
+/// returns its status, writes the report, and does not hang.
+#[test]
+fn a_program_killed_while_managed_gives_its_status_and_a_report() {
+    let dir = scratch("killed");
+    let report = dir.join("r");
+    let child = huddle()
+        .args(["run", "--quiet", "--report"])
+        .arg(&report)
+        .args([
+            "--",
+            env!("CARGO_BIN_EXE_huddle"),
+            "workload",
+            "ring",
+            "--threads",
+            "4",
+        ])
+        .args(["--seconds", "30", "--out-dir"])
+        .arg(dir.join("wl"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Around the first remap (about 1.8 s in).
+    std::thread::sleep(Duration::from_millis(1800));
+    let program = descendants(child.id());
+    assert!(!program.is_empty(), "the workload runs");
+    for p in &program {
+        // SAFETY: killing processes this test started.
+        unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+    }
+    let st = wait_for(child, Duration::from_secs(20));
+    assert_eq!(st.code(), Some(128 + libc::SIGKILL));
+    let info = json_file(report.join("run.json"));
+    assert_eq!(info["exit_signal"], 9, "{info}");
+    assert!(report.join("index.html").exists());
+}
+
+/// Tasks that end between being listed and being pinned (ESRCH) are harmless: a program
+/// that keeps starting short processes, remapped at every change of the task count.
+#[test]
+fn tasks_that_end_before_they_are_pinned_are_harmless() {
+    let dir = scratch("churn");
+    let report = dir.join("r");
+    let script = "i=0; while [ $i -lt 150 ]; do sleep 0.01 & i=$((i+1)); [ $((i % 10)) -eq 0 ] && wait; done; wait";
+    let child = huddle()
+        .args([
+            "run",
+            "--quiet",
+            "--policy",
+            "static:round-robin",
+            "--report",
+        ])
+        .arg(&report)
+        .args(["--", "sh", "-c", script])
+        .spawn()
+        .unwrap();
+    let st = wait_for(child, Duration::from_secs(60));
+    assert_eq!(st.code(), Some(0));
+    let info = json_file(report.join("run.json"));
+    assert_eq!(
+        info["notes"].as_array().map(|n| n
+            .iter()
+            .filter(|x| x.to_string().contains("affinity"))
+            .count()),
+        Some(0),
+        "{info}"
+    );
+    let decisions = json_file(report.join("decisions.json"));
+    let pins = decisions
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["action"] == "migrate")
+        .count();
+    assert!(pins >= 2, "remapped as tasks came and went: {decisions}");
+}
+
+/// The whole job on a real program: detection finds the partners of a workload started in
+/// the worst placement, and huddle moves them together.
+#[test]
+fn a_detected_program_is_remapped_so_partners_share_a_pu() {
+    let pus = common::own_cpus();
+    if pus.len() < 2 {
+        eprintln!("one PU: nothing to move between");
+        return;
+    }
+    let dir = scratch("remap");
+    let report = dir.join("r");
+    // distant-pairs x4: partners (0,2) and (1,3); compact puts each pair on two PUs.
+    let pin = format!("{},{},{},{}", pus[0], pus[0], pus[1], pus[1]);
+    let out = huddle()
+        .args(["run", "--quiet", "--report"])
+        .arg(&report)
+        .args([
+            "--",
+            env!("CARGO_BIN_EXE_huddle"),
+            "workload",
+            "distant-pairs",
+            "--threads",
+            "4",
+        ])
+        .args(["--seconds", "5", "--json", "--pin", &pin, "--out-dir"])
+        .arg(dir.join("wl"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wl: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tids: Vec<u64> = wl["tids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    let tasks = json_file(report.join("tasks.json"));
+    let decisions = json_file(report.join("decisions.json"));
+    let last = decisions
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|d| d["action"] == "migrate")
+        .unwrap_or_else(|| panic!("no migration: {decisions}"));
+    // The PU of each workload thread after the last migration.
+    let pu = |tid: u64| -> u64 {
+        let idx = tasks
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|t| t["tid"].as_u64() == Some(tid))
+            .unwrap();
+        let k = last["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|i| i.as_u64() == Some(idx as u64))
+            .unwrap();
+        last["mapping"][k].as_u64().unwrap()
+    };
+    assert_eq!(pu(tids[0]), pu(tids[2]), "{last}");
+    assert_eq!(pu(tids[1]), pu(tids[3]), "{last}");
+    assert_ne!(pu(tids[0]), pu(tids[1]), "balanced: {last}");
+}
+
 /// SIGUSR1 pauses the extra faults (events stop once the pages out are back), SIGUSR2 resumes
 /// them; neither ends huddle or reaches the program. The floors given are used.
 #[test]
@@ -332,10 +665,13 @@ fn report_files_are_private_and_the_result_is_unchanged() {
     let page = std::fs::read_to_string(report.join("index.html")).unwrap();
     assert!(page.contains("<svg"));
     assert!(page.contains("pages re-armed for extra faults"));
-    // `huddle report` renders it again from the raw data.
+    // `huddle report` renders the same page again from the raw data.
     std::fs::remove_file(report.join("index.html")).unwrap();
     let again = run(&["report", &report.display().to_string()]);
     assert!(again.status.success());
-    assert!(report.join("index.html").exists());
+    assert_eq!(
+        std::fs::read_to_string(report.join("index.html")).unwrap(),
+        page
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -42,8 +42,10 @@
 //! overflow. Lost records are counted in `Stats::perf_lost`, never hidden.
 
 pub mod budget;
+pub mod owners;
 pub mod perf;
 pub mod procmaps;
+pub mod procs;
 pub mod ring;
 pub mod session;
 pub mod sharers;

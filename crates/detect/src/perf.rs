@@ -54,6 +54,13 @@ pub enum PerfError {
     Mmap { bytes: usize, err: io::Error },
 }
 
+impl PerfError {
+    /// The task exited before its event could be opened.
+    fn is_gone(&self) -> bool {
+        matches!(self, PerfError::Open { err, .. } if err.raw_os_error() == Some(libc::ESRCH))
+    }
+}
+
 /// The contents of /proc/sys/kernel/perf_event_paranoid, for messages.
 pub fn paranoid_level() -> String {
     std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
@@ -112,6 +119,10 @@ impl Drop for Ring {
 /// All rings of one perf source, plus what it has seen.
 pub struct PerfSource {
     rings: Vec<Ring>,
+    /// Each online CPU and the index of its mapped ring, for tasks added later.
+    cpu_rings: Vec<(i32, usize)>,
+    /// The event description (kept for tasks added later).
+    attr: b::perf_event_attr,
     /// Records the kernel reported as lost.
     pub lost: u64,
     /// Whether faults taken in kernel mode (inside system calls) are excluded.
@@ -168,97 +179,145 @@ impl PerfSource {
         let page = page_size();
         let pages = ring_pages.max(1).next_power_of_two();
         let data_bytes = pages * page;
-        let mut a = attr(exclude_kernel, enable_on_exec, (data_bytes / 4) as u32);
-        let mut rings = Vec::new();
-        let mut others = Vec::new();
-        for &cpu in &online_cpus() {
-            let mut leader: Option<usize> = None;
-            for &tid in tids {
-                // SAFETY: `a` is a valid, fully initialised attribute struct.
-                let fd = unsafe {
-                    sys::perf_event_open(
-                        &mut a,
-                        tid,
-                        cpu,
-                        -1,
-                        b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-                    )
-                };
-                if fd < 0 {
-                    let err = io::Error::last_os_error();
-                    return Err(match err.raw_os_error() {
-                        Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Permission {
-                            pid: tid,
-                            cpu,
-                            err,
-                            paranoid: paranoid_level(),
-                        },
-                        _ => PerfError::Open { pid: tid, cpu, err },
-                    });
-                }
-                match leader {
-                    None => {
-                        let len = data_bytes + page;
-                        // SAFETY: mapping a perf fd as documented: 1 + 2^n pages, shared.
-                        let base = unsafe {
-                            libc::mmap(
-                                std::ptr::null_mut(),
-                                len,
-                                libc::PROT_READ | libc::PROT_WRITE,
-                                libc::MAP_SHARED,
-                                fd,
-                                0,
-                            )
-                        };
-                        if base == libc::MAP_FAILED {
-                            let err = io::Error::last_os_error();
-                            // SAFETY: fd is ours.
-                            unsafe { libc::close(fd) };
-                            return Err(PerfError::Mmap { bytes: len, err });
-                        }
-                        rings.push(Ring {
-                            fd,
-                            base: base as *mut u8,
-                            len,
-                            data_size: data_bytes as u64,
-                        });
-                        leader = Some(rings.len() - 1);
-                    }
-                    Some(i) => {
-                        // Same CPU, another task: send its records into the CPU's ring.
-                        // SAFETY: both fds are valid perf events on the same CPU.
-                        let r = unsafe { sys::ioctls::SET_OUTPUT(fd, rings[i].fd) };
-                        if r < 0 {
-                            let err = io::Error::last_os_error();
-                            unsafe { libc::close(fd) };
-                            return Err(PerfError::Open { pid: tid, cpu, err });
-                        }
-                        others.push(fd);
-                    }
-                }
-            }
-        }
-        let src = PerfSource {
-            rings,
+        let mut src = PerfSource {
+            rings: Vec::new(),
+            cpu_rings: Vec::new(),
+            attr: attr(exclude_kernel, enable_on_exec, (data_bytes / 4) as u32),
             lost: 0,
             exclude_kernel,
             scratch: Vec::new(),
         };
-        // The extra fds stay open through their output redirection; keep them as rings
-        // with no mapping would complicate Drop, so leak-proof them by closing at drop time.
-        let mut src = src;
-        for fd in others {
-            src.rings.push(Ring {
-                fd,
-                base: std::ptr::null_mut(),
-                len: 0,
-                data_size: 0,
-            });
+        let mut last_err = None;
+        for cpu in online_cpus() {
+            // The CPU's ring belongs to the first task that can still be opened; a task that
+            // exited since it was listed (ESRCH) is skipped.
+            for (k, &tid) in tids.iter().enumerate() {
+                let fd = match src.open_event(tid, cpu) {
+                    Ok(fd) => fd,
+                    Err(e) if e.is_gone() => {
+                        last_err = Some(e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let len = data_bytes + page;
+                // SAFETY: mapping a perf fd as documented: 1 + 2^n pages, shared.
+                let base = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                        fd,
+                        0,
+                    )
+                };
+                if base == libc::MAP_FAILED {
+                    let err = io::Error::last_os_error();
+                    // SAFETY: fd is ours.
+                    unsafe { libc::close(fd) };
+                    return Err(PerfError::Mmap { bytes: len, err });
+                }
+                src.rings.push(Ring {
+                    fd,
+                    base: base as *mut u8,
+                    len,
+                    data_size: data_bytes as u64,
+                });
+                src.cpu_rings.push((cpu, src.rings.len() - 1));
+                src.add_on(&tids[k + 1..], cpu, src.rings.len() - 1, false)?;
+                break;
+            }
+        }
+        if src.cpu_rings.is_empty() {
+            return Err(last_err.unwrap_or(PerfError::Open {
+                pid: -1,
+                cpu: -1,
+                err: io::Error::from_raw_os_error(libc::ESRCH),
+            }));
         }
         if !enable_on_exec {
             src.enable();
         }
         Ok(src)
+    }
+
+    /// Opens the event of `tid` on `cpu` (not mapped, disabled).
+    fn open_event(&mut self, tid: i32, cpu: i32) -> Result<i32, PerfError> {
+        // SAFETY: `attr` is a valid, fully initialised attribute struct.
+        let fd = unsafe {
+            sys::perf_event_open(
+                &mut self.attr,
+                tid,
+                cpu,
+                -1,
+                b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+            )
+        };
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        let err = io::Error::last_os_error();
+        Err(match err.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => PerfError::Permission {
+                pid: tid,
+                cpu,
+                err,
+                paranoid: paranoid_level(),
+            },
+            _ => PerfError::Open { pid: tid, cpu, err },
+        })
+    }
+
+    /// Opens the events of `tids` on `cpu`, their records sent into ring `ring`; tasks that
+    /// are gone are skipped. Returns how many were added.
+    fn add_on(
+        &mut self,
+        tids: &[i32],
+        cpu: i32,
+        ring: usize,
+        enable: bool,
+    ) -> Result<usize, PerfError> {
+        let mut added = 0;
+        for &tid in tids {
+            let fd = match self.open_event(tid, cpu) {
+                Ok(fd) => fd,
+                Err(e) if e.is_gone() => continue,
+                Err(e) => return Err(e),
+            };
+            // Same CPU, another task: send its records into the CPU's ring.
+            // SAFETY: both fds are valid perf events on the same CPU.
+            if unsafe { sys::ioctls::SET_OUTPUT(fd, self.rings[ring].fd) } < 0 {
+                let err = io::Error::last_os_error();
+                // SAFETY: fd is ours.
+                unsafe { libc::close(fd) };
+                return Err(PerfError::Open { pid: tid, cpu, err });
+            }
+            if enable {
+                // SAFETY: fd is a perf event fd we own.
+                unsafe { sys::ioctls::ENABLE(fd, 0) };
+            }
+            // An unmapped entry: it only keeps the fd open until drop.
+            self.rings.push(Ring {
+                fd,
+                base: std::ptr::null_mut(),
+                len: 0,
+                data_size: 0,
+            });
+            added += 1;
+        }
+        Ok(added)
+    }
+
+    /// Starts following tasks found after the source was opened (attach: threads or
+    /// processes that appeared before their creator was followed). Tasks already gone are
+    /// skipped; returns how many (task, CPU) events were added.
+    pub fn add(&mut self, tids: &[i32]) -> Result<usize, PerfError> {
+        let mut added = 0;
+        for (cpu, ring) in self.cpu_rings.clone() {
+            added += self.add_on(tids, cpu, ring, true)?;
+        }
+        Ok(added)
     }
 
     /// Starts counting on every event (for attach; spawn uses enable-on-exec).
@@ -328,7 +387,7 @@ impl PerfSource {
     }
 }
 
-fn page_size() -> usize {
+pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }

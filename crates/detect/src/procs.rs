@@ -1,4 +1,5 @@
-//! The program's tasks, read from /proc.
+//! A program's processes and threads, read from /proc (the detector attaches to them, the
+//! manager pins them and reads their CPU time).
 //!
 //! Only /proc/PID/stat, /proc/PID/task/ and /proc/PID/task/TID/stat are read: plain files the
 //! kernel itself guards, never the symlinks (cwd, root, exe, fd) that could lead elsewhere.
@@ -6,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// The fields of /proc/.../stat the manager uses.
+/// The fields of /proc/.../stat huddle uses.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stat {
     pub comm: String,

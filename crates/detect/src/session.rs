@@ -1,8 +1,10 @@
 //! A detection session on one target: spawn or attach, poll events, read the matrix.
 
 use crate::budget::Budget;
-use crate::perf::{self, PerfSource, Record};
+use crate::owners::PageOwners;
+use crate::perf::{self, PerfError, PerfSource, Record};
 use crate::procmaps::{self, Vma};
+use crate::procs;
 use crate::ring::{self, RingView};
 use crate::sharers::{mix, SharerTable};
 use matrix::CommMatrix;
@@ -75,6 +77,9 @@ pub struct Config {
     pub granularity: Granularity,
     /// None: first-touch faults only.
     pub agent: Option<AgentConfig>,
+    /// Record which task touches each page ([`PageOwners`]), for moving a thread's pages
+    /// with it. Up to this many pages; 0: off.
+    pub page_owners: usize,
 }
 
 impl Default for Config {
@@ -85,6 +90,7 @@ impl Default for Config {
             ring_pages: 256,
             granularity: Granularity::Thread,
             agent: None,
+            page_owners: 0,
         }
     }
 }
@@ -235,6 +241,7 @@ pub struct Session {
     /// The ring of each process with an agent.
     ring_of_pid: HashMap<u32, PathBuf>,
     table: SharerTable,
+    owners: Option<PageOwners>,
     tasks: Vec<TaskInfo>,
     index: HashMap<u32, usize>,
     counts: Vec<Vec<u64>>,
@@ -364,6 +371,8 @@ impl Session {
             rings: HashMap::new(),
             ring_of_pid: HashMap::new(),
             table: SharerTable::new(cfg.table_slots),
+            owners: (cfg.page_owners > 0)
+                .then(|| PageOwners::new(perf::page_size() as u64, cfg.page_owners)),
             tasks: Vec::new(),
             index: HashMap::new(),
             counts: Vec::new(),
@@ -564,19 +573,40 @@ impl Session {
         Ok(())
     }
 
+    /// Follows a running process and every process below it (an mpirun and its ranks), all
+    /// their threads. Listing and opening race with tasks that start meanwhile: the tree is
+    /// listed again after each opening until nothing new turns up (a task started after
+    /// its creator is followed is inherited by the kernel).
     fn attach(&mut self, pid: i32, cfg: &Config) -> Result<(), DetectError> {
-        let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map_err(|_| DetectError::NoSuchProcess(pid))?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        if tids.is_empty() {
+        let root = u32::try_from(pid).map_err(|_| DetectError::NoSuchProcess(pid))?;
+        let list = || -> Vec<(u32, u32)> {
+            procs::process_tree(root)
+                .into_iter()
+                .flat_map(|p| procs::threads(p).into_iter().map(move |t| (p, t)))
+                .collect()
+        };
+        let mut tasks = list();
+        if tasks.is_empty() {
             return Err(DetectError::NoSuchProcess(pid));
         }
         self.pid = pid;
-        let p =
-            PerfSource::open(&tids, false, cfg.ring_pages).map_err(|e| DetectError::NoSource {
-                perf: e.to_string(),
-            })?;
+        let tids: Vec<i32> = tasks.iter().map(|&(_, t)| t as i32).collect();
+        let no_source = |e: PerfError| DetectError::NoSource {
+            perf: e.to_string(),
+        };
+        let mut p = PerfSource::open(&tids, false, cfg.ring_pages).map_err(no_source)?;
+        for _ in 0..5 {
+            let new: Vec<(u32, u32)> = list()
+                .into_iter()
+                .filter(|task| !tasks.contains(task))
+                .collect();
+            if new.is_empty() {
+                break;
+            }
+            let tids: Vec<i32> = new.iter().map(|&(_, t)| t as i32).collect();
+            p.add(&tids).map_err(no_source)?;
+            tasks.extend(new);
+        }
         self.sources.push(perf_status(&p, false));
         self.perf = Some(p);
         self.sources.push(SourceStatus {
@@ -585,8 +615,8 @@ impl Session {
             note: "not loaded: attach cannot preload it, so only first-touch faults are seen"
                 .into(),
         });
-        for t in tids {
-            self.register(pid as u32, t as u32, self.t0_ns);
+        for (p, t) in tasks {
+            self.register(p, t, self.t0_ns);
         }
         Ok(())
     }
@@ -938,8 +968,11 @@ impl Session {
             return false;
         }
         self.faults += 1;
-        let key = self.key(pid, addr);
         let t32 = t as u32;
+        if let Some(o) = &mut self.owners {
+            o.record(pid, addr, t32);
+        }
+        let key = self.key(pid, addr);
         let counts = &mut self.counts;
         let budget = &mut self.budget;
         let mut events = 0;
@@ -1023,6 +1056,14 @@ impl Session {
     }
 
     /// CDSM aging after a migration: M -= M >> 2.
+    /// The pages (start addresses in the task's process) only task `task` (a row of the
+    /// matrix) has touched, when the session records page owners; empty otherwise.
+    pub fn owned_pages(&self, task: usize) -> Vec<u64> {
+        self.owners
+            .as_ref()
+            .map_or_else(Vec::new, |o| o.owned_by(task as u32))
+    }
+
     pub fn age(&mut self) {
         for row in &mut self.counts {
             for v in row.iter_mut() {

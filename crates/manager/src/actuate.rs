@@ -108,22 +108,37 @@ pub fn get_affinity(tid: u32) -> Option<Vec<u32>> {
     )
 }
 
+/// The CPUs (OS indexes) any thread of `root` and the processes below it may run on now:
+/// the union of their affinity masks, which the kernel keeps inside each one's cpuset.
+/// Empty if the process is gone.
+pub fn tree_cpus(root: u32) -> Vec<u32> {
+    let mut cpus = std::collections::BTreeSet::new();
+    for pid in crate::procs::process_tree(root) {
+        for tid in crate::procs::threads(pid) {
+            cpus.extend(get_affinity(tid).unwrap_or_default());
+        }
+    }
+    cpus.into_iter().collect()
+}
+
 /// move_pages flag: move pages mapped only by this process (<linux/mempolicy.h>).
 const MPOL_MF_MOVE: libc::c_int = 1 << 1;
 
-/// Outcome of moving a process's pages.
+/// Outcome of moving pages.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PageMove {
     pub requested: usize,
     pub moved: usize,
     /// Pages already on the target node.
     pub already_there: usize,
+    /// Pages not in memory (never touched, or swapped out): nothing to move.
+    pub absent: usize,
     pub failed: usize,
 }
 
 /// Private, writable, anonymous ranges of a process (heap, anonymous mmaps): the memory a
 /// task owns and that should follow it. Shared and file-backed ranges are left alone.
-pub fn private_ranges(pid: u32) -> Vec<(usize, usize)> {
+pub fn private_ranges(pid: u32) -> Vec<(u64, u64)> {
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return Vec::new();
     };
@@ -140,29 +155,17 @@ pub fn private_ranges(pid: u32) -> Vec<(usize, usize)> {
             }
             let (a, b) = range.split_once('-')?;
             Some((
-                usize::from_str_radix(a, 16).ok()?,
-                usize::from_str_radix(b, 16).ok()?,
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
             ))
         })
         .collect()
 }
 
-/// Moves up to `budget` pages of `pid`'s private memory to NUMA node `node` with
-/// move_pages(2). The budget is the rate limit: the caller spends it per interval.
-pub fn move_private_pages(pid: u32, node: i32, budget: usize) -> Result<PageMove, std::io::Error> {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-    let mut pages: Vec<*mut libc::c_void> = Vec::new();
-    'outer: for (a, b) in private_ranges(pid) {
-        let mut p = a;
-        while p < b {
-            if pages.len() >= budget {
-                break 'outer;
-            }
-            pages.push(p as *mut libc::c_void);
-            p += page;
-        }
-    }
+/// Moves the pages at `pages` (page addresses in process `pid`) to NUMA node `node` with
+/// move_pages(2). Pages already there or not in memory are left alone (asked first, so
+/// they are not counted as moved).
+pub fn move_pages_to(pid: u32, pages: &[u64], node: i32) -> Result<PageMove, std::io::Error> {
     let mut out = PageMove {
         requested: pages.len(),
         ..Default::default()
@@ -170,16 +173,15 @@ pub fn move_private_pages(pid: u32, node: i32, budget: usize) -> Result<PageMove
     if pages.is_empty() {
         return Ok(out);
     }
-    // Ask where the pages are first, so pages already on `node` are not counted as moved.
-    let mut status = vec![0i32; pages.len()];
-    let nodes = vec![node; pages.len()];
-    // SAFETY: pages, nodes and status all hold `pages.len()` elements.
+    let ptrs: Vec<*mut libc::c_void> = pages.iter().map(|&p| p as *mut libc::c_void).collect();
+    let mut status = vec![0i32; ptrs.len()];
+    // SAFETY: ptrs and status both hold ptrs.len() elements; a null node list only queries.
     let r = unsafe {
         libc::syscall(
             libc::SYS_move_pages,
             pid as libc::pid_t,
-            pages.len(),
-            pages.as_ptr(),
+            ptrs.len(),
+            ptrs.as_ptr(),
             std::ptr::null::<i32>(),
             status.as_mut_ptr(),
             0,
@@ -188,18 +190,18 @@ pub fn move_private_pages(pid: u32, node: i32, budget: usize) -> Result<PageMove
     if r < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let to_move: Vec<usize> = (0..pages.len()).filter(|&i| status[i] != node).collect();
-    out.already_there = pages
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| status[i] == node)
-        .count();
-    if to_move.is_empty() {
+    out.already_there = status.iter().filter(|&&s| s == node).count();
+    out.absent = status.iter().filter(|&&s| s < 0).count();
+    let sel: Vec<*mut libc::c_void> = (0..ptrs.len())
+        .filter(|&i| status[i] >= 0 && status[i] != node)
+        .map(|i| ptrs[i])
+        .collect();
+    if sel.is_empty() {
         return Ok(out);
     }
-    let sel: Vec<*mut libc::c_void> = to_move.iter().map(|&i| pages[i]).collect();
+    let nodes = vec![node; sel.len()];
     let mut st = vec![0i32; sel.len()];
-    // SAFETY: sel, nodes (at least as long) and st hold sel.len() elements.
+    // SAFETY: sel, nodes and st hold sel.len() elements.
     let r = unsafe {
         libc::syscall(
             libc::SYS_move_pages,
@@ -302,9 +304,23 @@ mod tests {
         // so this checks the query path and the accounting.
         let buf = vec![1u8; 1 << 20];
         std::hint::black_box(&buf);
-        assert!(!private_ranges(std::process::id()).is_empty());
-        let r = move_private_pages(std::process::id(), 0, 64).unwrap();
+        let ranges = private_ranges(std::process::id());
+        assert!(!ranges.is_empty());
+        let page = buf.as_ptr() as u64 & !4095;
+        let pages: Vec<u64> = (0..64).map(|i| page + 4096 * i).collect();
+        let r = move_pages_to(std::process::id(), &pages, 0).unwrap();
         assert_eq!(r.requested, 64);
-        assert_eq!(r.moved + r.already_there + r.failed, 64);
+        assert_eq!(r.moved + r.already_there + r.failed + r.absent, 64);
+        assert!(
+            r.already_there + r.moved >= 60,
+            "the buffer is in memory: {r:?}"
+        );
+        // A node that does not exist is an error, not a panic.
+        assert!(
+            move_pages_to(std::process::id(), &pages, 4095).is_err() || {
+                let r = move_pages_to(std::process::id(), &pages, 4095).unwrap();
+                r.moved == 0
+            }
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The online manager: the loop behind `huddle run` and `huddle attach`.
 //!
-//! - [`procs`] finds the program's processes and threads in /proc and what each costs.
+//! - [`procs`] (from `detect`, which attaches to them) finds the program's processes and
+//!   threads in /proc and what each costs.
 //! - [`actuate`] pins threads (sched_setaffinity) and moves pages (move_pages).
+//! - [`pages`] makes a migrated task's memory follow it (`--move-pages`), a budget at a time.
 //! - [`control`] decides when to migrate: adaptive interval, threshold, no ping-pong.
 //! - [`idle`] tells which tasks do not run, so that mapping leaves them out.
 //! - [`policy`] says what to aim for (`comm`, `static:ALGO`, `none`); [`simmer_policy`] runs
@@ -12,7 +14,8 @@ pub mod actuate;
 pub mod control;
 pub mod idle;
 pub mod observe;
+pub mod pages;
 pub mod policy;
-pub mod procs;
+pub use detect::procs;
 pub mod run;
 pub mod simmer_policy;

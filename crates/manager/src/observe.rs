@@ -63,6 +63,13 @@ impl Observer for Detected {
         self.session.age();
     }
 
+    fn owned_pages(&self, task: usize) -> Vec<u64> {
+        match self.program_rows().get(task) {
+            Some(&row) => self.session.owned_pages(row),
+            None => Vec::new(),
+        }
+    }
+
     fn agent_cpu_s(&self) -> f64 {
         self.session.stats().agent_cpu_s
     }

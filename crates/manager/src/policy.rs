@@ -10,9 +10,13 @@ use matrix::CommMatrix;
 pub struct Proposal {
     pub slots: Vec<usize>,
     pub reason: String,
-    /// The policy judged the move itself (its own symptoms, confirmation and cooldown), so
-    /// the communication-cost threshold does not apply.
+    /// The policy judged the move itself (its own symptoms, confirmation and cooldown, or
+    /// the user's explicit `static:` choice), so the communication-cost threshold does not
+    /// apply.
     pub self_judged: bool,
+    /// Only tasks whose slot changes are pinned; the others keep running where the
+    /// scheduler puts them (SIMMer moves single ranks). Otherwise every task is pinned.
+    pub only_moved: bool,
 }
 
 /// What a policy sees at each decision: the live tasks, their communication and placement.
@@ -71,12 +75,15 @@ impl Policy for Comm {
             slots: m.slots,
             reason: format!("{} mapping of the detected matrix", self.algorithm),
             self_judged: false,
+            only_moved: false,
         })
     }
 }
 
-/// `static:ALGO`: map once, as soon as there is something to map, then hold that mapping.
-/// Algorithms that ignore the matrix (compact, scatter, ...) map as soon as tasks exist.
+/// `static:ALGO`: map once, as soon as there is something to map, then hold that mapping
+/// (again only when the number of tasks changes). The placement is the user's choice, so it
+/// is applied whatever its predicted gain. Algorithms that ignore the matrix (compact,
+/// scatter, ...) map as soon as tasks exist, idle ones included.
 pub struct Static {
     pub algorithm: Algorithm,
     pub seed: u64,
@@ -98,6 +105,10 @@ impl Policy for Static {
         format!("static:{}", self.algorithm)
     }
 
+    fn needs_traffic(&self) -> bool {
+        !Algorithm::BASELINES.contains(&self.algorithm)
+    }
+
     fn propose(&mut self, ctx: &Context) -> Option<Proposal> {
         let needs_matrix = !Algorithm::BASELINES.contains(&self.algorithm);
         // Map again only if the task count changed.
@@ -116,7 +127,8 @@ impl Policy for Static {
         Some(Proposal {
             slots: self.chosen.clone()?,
             reason: format!("static {} mapping", self.algorithm),
-            self_judged: false,
+            self_judged: true,
+            only_moved: false,
         })
     }
 }
@@ -216,8 +228,14 @@ mod tests {
             ask(p.as_mut(), &other, &t, &first.slots).unwrap().slots,
             first.slots
         );
+        assert!(
+            first.self_judged && !first.only_moved,
+            "applied as chosen, every task"
+        );
         // Baselines need no traffic.
         let mut c = parse("static:compact", 1).unwrap();
+        assert!(!c.needs_traffic());
+        assert!(parse("static:huddle", 1).unwrap().needs_traffic());
         assert!(ask(c.as_mut(), &CommMatrix::zeros(4), &t, &[0; 4]).is_some());
     }
 

@@ -67,6 +67,11 @@ pub trait Observer {
     fn rearmed_pages(&self) -> u64 {
         0
     }
+    /// Page addresses (in the task's process, ascending) that only task `task` (an index of
+    /// the snapshot) was seen touching; empty when not recorded.
+    fn owned_pages(&self, _task: usize) -> Vec<u64> {
+        Vec::new()
+    }
     /// Pauses or resumes the extra faults (huddle got SIGUSR1 / SIGUSR2).
     fn set_paused(&mut self, _paused: bool) {}
 }
@@ -75,7 +80,8 @@ pub trait Observer {
 pub struct Config {
     pub policy: Box<dyn Policy>,
     pub controller: Controller,
-    /// Pages per task moved per interval with --move-pages (0 = off).
+    /// Pages per task moved per interval with --move-pages (0 = off). Only used when the
+    /// allowed PUs span several NUMA nodes.
     pub page_budget: usize,
     /// One-line live status on stderr.
     pub status_line: bool,
@@ -151,6 +157,18 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
     let os_to_slot: HashMap<u32, usize> = (0..target.num_pus())
         .map(|g| (target.os_index(g), g))
         .collect();
+    let nodes: std::collections::BTreeSet<(usize, Option<u32>)> = target
+        .allowed_pus()
+        .into_iter()
+        .map(|g| (target.node_of(g), target.pu(g).numa))
+        .collect();
+    let mut mover = (cfg.page_budget > 0 && nodes.len() > 1)
+        .then(|| crate::pages::PageMover::new(cfg.page_budget));
+    if cfg.page_budget > 0 && mover.is_none() {
+        notes.push(
+            "--move-pages: the allowed PUs share one NUMA node, so no page has to move".into(),
+        );
+    }
     let exit = loop {
         // Events are drained after every slice; a slice ends early when a buffer fills, and
         // lasts at most 100 ms so exits and signals are handled promptly.
@@ -277,7 +295,15 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             let verdict = if !proposal.self_judged {
                 cfg.controller
                     .decide(t, &cur_os, cost_now, &new_os, cost_new, previous_cost)
-            } else if new_os == cur_os {
+            } else if new_os == cur_os
+                && (proposal.only_moved
+                    || masks
+                        .iter()
+                        .zip(&proposal.slots)
+                        .all(|(m, &s)| m.as_slice() == [s]))
+            {
+                // Live: where the tasks run (SIMMer moves single ranks), or, for a placement
+                // applied as chosen, every task pinned there.
                 Verdict::Keep {
                     reason: "the policy's placement is already live".into(),
                 }
@@ -291,9 +317,9 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
                 Verdict::Migrate { gain } => {
                     for (k, &i) in live_idx.iter().enumerate() {
                         let task = &tasks[i];
-                        // A policy that judged its own move (SIMMer) moves only the tasks it
-                        // named; the others keep running where the scheduler puts them.
-                        if proposal.self_judged && proposal.slots[k] == current[k] {
+                        // SIMMer moves only the tasks it named; the others keep running
+                        // where the scheduler puts them.
+                        if proposal.only_moved && proposal.slots[k] == current[k] {
                             continue;
                         }
                         let pinned_now = if task.whole_process {
@@ -308,14 +334,15 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
                             Err(PinError::Gone(_)) => {}
                             Err(e) => push_note(&mut notes, e.to_string()),
                         }
-                        if cfg.page_budget > 0 && task.tid == task.pid {
-                            move_pages(
-                                target,
-                                task.pid,
-                                proposal.slots[k],
-                                cfg.page_budget,
-                                &mut notes,
-                            );
+                        if let (Some(m), Some(node)) =
+                            (mover.as_mut(), numa_os_index(target, proposal.slots[k]))
+                        {
+                            let ranges = if task.whole_process {
+                                actuate::private_ranges(task.pid)
+                            } else {
+                                crate::pages::ranges_of(&obs.owned_pages(i), page_size())
+                            };
+                            m.follow(task.tid, task.pid, node, ranges);
                         }
                     }
                     obs.age();
@@ -339,6 +366,11 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             });
         } else {
             cfg.controller.hold();
+        }
+        if let Some(m) = mover.as_mut() {
+            for e in m.step() {
+                push_note(&mut notes, e);
+            }
         }
         if cfg.status_line {
             let remap = last_remap.map_or("no remap yet".to_string(), |(at, g)| {
@@ -413,6 +445,8 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         huddle_cpu_s: procs::own_cpu_seconds() - huddle_cpu0,
         agent_cpu_s: obs.agent_cpu_s(),
         rearmed_pages: obs.rearmed_pages(),
+        pages_moved: mover.as_ref().map_or(0, |m| m.moved),
+        pages_not_moved: mover.as_ref().map_or(0, |m| m.failed),
         target_cpu_s: data.tasks.iter().map(|t| t.cpu_s).sum(),
         detection_source: obs.source(),
         events: total_events,
@@ -459,19 +493,16 @@ fn push_note(notes: &mut Vec<String>, note: String) {
 
 /// With several NUMA nodes, moves up to `budget` of the process's private pages to the node
 /// of its new PU.
-fn move_pages(target: &Target, pid: u32, slot: usize, budget: usize, notes: &mut Vec<String>) {
-    let Some(node) = target.pu(slot).numa else {
-        return;
-    };
-    let os_node = target.machines()[target.node_of(slot)]
-        .numa_nodes
-        .get(node as usize)
-        .map(|n| n.os_index);
-    if let Some(os_node) = os_node {
-        if let Err(e) = actuate::move_private_pages(pid, os_node as i32, budget) {
-            push_note(notes, format!("move_pages for process {pid}: {e}"));
-        }
-    }
+/// OS index of the NUMA node of a slot (None without NUMA information).
+fn numa_os_index(target: &Target, slot: usize) -> Option<i32> {
+    let node = target.pu(slot).numa?;
+    let m = &target.machines()[target.node_of(slot)];
+    m.numa_nodes.get(node as usize).map(|n| n.os_index as i32)
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64
 }
 
 /// Passes a signal huddle received (from kill, not from the terminal) on to the program.
@@ -524,6 +555,8 @@ mod tests {
         children: Vec<Child>,
         matrix: CommMatrix,
         aged: usize,
+        /// Tasks whose owned pages the loop asked for.
+        asked: std::cell::RefCell<Vec<usize>>,
     }
 
     impl Observer for Fixed {
@@ -549,6 +582,16 @@ mod tests {
         }
         fn age(&mut self) {
             self.aged += 1;
+        }
+        fn owned_pages(&self, task: usize) -> Vec<u64> {
+            self.asked.borrow_mut().push(task);
+            // Up to 32 pages of the task's private memory.
+            let page = page_size();
+            actuate::private_ranges(self.children[task].id())
+                .iter()
+                .flat_map(|&(a, b)| (a..b).step_by(page as usize))
+                .take(32)
+                .collect()
         }
         fn lost(&self) -> u64 {
             0
@@ -633,6 +676,7 @@ mod tests {
             children,
             matrix: m,
             aged: 0,
+            asked: Default::default(),
         };
         let data = manage(&mut obs, &target, comm_config(2.2));
         for c in &mut obs.children {
@@ -662,6 +706,7 @@ mod tests {
             children,
             matrix: m,
             aged: 0,
+            asked: Default::default(),
         };
         let data = manage(&mut obs, &target, comm_config(0.4));
         assert!(
@@ -673,6 +718,240 @@ mod tests {
             c.kill().unwrap();
             c.wait().unwrap();
         }
+    }
+
+    #[test]
+    fn a_static_baseline_pins_every_task_without_traffic() {
+        let machine = Machine::from_system().unwrap();
+        if machine.allowed_pus().count() < 2 {
+            eprintln!("one PU: every task is pinned already");
+            return;
+        }
+        let target = Target::machine(machine);
+        let mut obs = Fixed {
+            children: sleepers(3),
+            matrix: CommMatrix::zeros(3),
+            aged: 0,
+            asked: Default::default(),
+        };
+        let mut cfg = comm_config(0.5);
+        cfg.policy = crate::policy::parse("static:compact", 1).unwrap();
+        let data = manage(&mut obs, &target, cfg);
+        let masks: Vec<Option<Vec<u32>>> = obs
+            .children
+            .iter()
+            .map(|c| actuate::get_affinity(c.id()))
+            .collect();
+        for c in &mut obs.children {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        assert!(
+            masks
+                .iter()
+                .all(|m| m.as_ref().is_some_and(|m| m.len() == 1)),
+            "every task pinned: {masks:?} {:?}",
+            data.decisions
+        );
+        let moves = data.decisions.iter().filter(|d| d.action == "migrate");
+        assert_eq!(moves.count(), 1, "mapped once: {:?}", data.decisions);
+    }
+
+    /// Someone else's processes as tasks (pids given), a matrix that asks to move them.
+    struct Foreign(Vec<u32>);
+
+    impl Observer for Foreign {
+        fn pid(&self) -> u32 {
+            self.0[0]
+        }
+        fn poll(&mut self) -> u64 {
+            0
+        }
+        fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
+            let n = self.0.len();
+            let mut m = CommMatrix::zeros(n);
+            for i in 0..n {
+                for j in 0..n {
+                    if i != j {
+                        m.set(i, j, 1000.0);
+                    }
+                }
+            }
+            let tasks = self
+                .0
+                .iter()
+                .map(|&p| TaskInfo {
+                    tid: p,
+                    pid: p,
+                    comm: "sleep".into(),
+                    first_seen: 0.0,
+                    whole_process: false,
+                })
+                .collect();
+            (m, tasks)
+        }
+        fn age(&mut self) {}
+        fn lost(&self) -> u64 {
+            0
+        }
+        fn source(&self) -> String {
+            "fixed matrix (test)".into()
+        }
+        fn notes(&self) -> Vec<String> {
+            Vec::new()
+        }
+        fn try_wait(&mut self) -> Option<Exit> {
+            None
+        }
+        fn alive(&self) -> bool {
+            true
+        }
+    }
+
+    /// Run as another user by `pinning_someone_elses_tasks_is_a_note` (the pids in the
+    /// environment belong to root): exits 0 when the loop ran on and noted the EPERM.
+    #[test]
+    #[ignore = "helper process for pinning_someone_elses_tasks_is_a_note"]
+    fn denied_helper() {
+        let Some(pids) = std::env::var_os("HUDDLE_TEST_DENIED") else {
+            return;
+        };
+        let pids: Vec<u32> = pids
+            .to_string_lossy()
+            .split(',')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let target = Target::machine(Machine::from_system().unwrap());
+        let mut cfg = comm_config(0.6);
+        cfg.policy = crate::policy::parse("static:compact", 1).unwrap();
+        let data = manage(&mut Foreign(pids), &target, cfg);
+        let noted = data.info.notes.iter().any(|n| n.contains("EPERM"));
+        let tried = data.decisions.iter().any(|d| d.action == "migrate");
+        println!("notes {:?} decisions {:?}", data.info.notes, data.decisions);
+        std::process::exit(if noted && tried { 0 } else { 1 });
+    }
+
+    #[test]
+    fn pinning_someone_elses_tasks_is_a_note() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0
+            || Command::new("setpriv").arg("--help").output().is_err()
+        {
+            eprintln!("needs root and setpriv to act as another user");
+            return;
+        }
+        let mut victims = sleepers(2);
+        let pids: Vec<String> = victims.iter().map(|c| c.id().to_string()).collect();
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "run::tests::denied_helper",
+                "--nocapture",
+            ])
+            .env("HUDDLE_TEST_DENIED", pids.join(","))
+            .output()
+            .unwrap();
+        for c in &mut victims {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        assert!(
+            out.status.success(),
+            "the loop went on and noted EPERM: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
+    /// --move-pages on a model with two NUMA nodes (PUs 0 and 1, one per node): the
+    /// threads that moved have their own pages queued for their new node. On a one-node
+    /// machine node 1 does not exist and those moves fail; they are counted, not fatal.
+    #[test]
+    fn moved_threads_take_their_pages_along() {
+        if actuate::get_affinity(0).is_some_and(|m| !m.contains(&1)) {
+            eprintln!("needs CPUs 0 and 1");
+            return;
+        }
+        let target = Target::machine(Machine::from_synthetic("numa:2 core:1 pu:1").unwrap());
+        // Children with a touched heap, so their pages are in memory.
+        let children: Vec<Child> = (0..4)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "x=$(head -c 300000 /dev/zero | tr '\\0' a); sleep 30"])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        for (k, c) in children.iter().enumerate() {
+            actuate::set_affinity(c.id(), &[(k / 2) as u32]).unwrap();
+        }
+        let mut m = CommMatrix::zeros(4);
+        for (a, b) in [(0, 2), (1, 3)] {
+            m.set(a, b, 100.0);
+            m.set(b, a, 100.0);
+        }
+        let mut obs = Fixed {
+            children,
+            matrix: m,
+            aged: 0,
+            asked: Default::default(),
+        };
+        let mut cfg = comm_config(0.8);
+        cfg.page_budget = 8;
+        let data = manage(&mut obs, &target, cfg);
+        for c in &mut obs.children {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        let migration = data
+            .decisions
+            .iter()
+            .find(|d| d.action == "migrate")
+            .unwrap_or_else(|| panic!("the partners move together: {:?}", data.decisions));
+        let mut asked = obs.asked.borrow().clone();
+        asked.sort();
+        assert_eq!(
+            asked,
+            vec![0, 1, 2, 3],
+            "every migrated thread's pages: {migration:?}"
+        );
+        // Two tasks went to node 1: their pages moved (two-node machine) or failed to.
+        let node1 = migration.mapping.iter().filter(|&&pu| pu == 1).count();
+        assert_eq!(node1, 2, "{migration:?}");
+        let tried = data.info.pages_moved + data.info.pages_not_moved;
+        assert!(tried > 0, "{:?} {:?}", data.info.notes, data.info);
+        assert!(
+            data.info.pages_moved > 0 || data.info.notes.iter().any(|n| n.contains("node 1")),
+            "{:?}",
+            data.info.notes
+        );
+    }
+
+    #[test]
+    fn one_numa_node_moves_no_page() {
+        let target = Target::machine(Machine::from_synthetic("pack:1 core:2 pu:1").unwrap());
+        let mut obs = Fixed {
+            children: sleepers(2),
+            matrix: CommMatrix::zeros(2),
+            aged: 0,
+            asked: Default::default(),
+        };
+        let mut cfg = comm_config(0.2);
+        cfg.page_budget = 8;
+        let data = manage(&mut obs, &target, cfg);
+        for c in &mut obs.children {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        assert!(
+            data.info.notes.iter().any(|n| n.contains("one NUMA node")),
+            "{:?}",
+            data.info.notes
+        );
+        assert!(obs.asked.borrow().is_empty());
     }
 
     #[test]
@@ -701,6 +980,7 @@ mod tests {
             children,
             matrix: m,
             aged: 0,
+            asked: Default::default(),
         };
         let data = manage(&mut obs, &target, comm_config(0.6));
         let aff = |k: usize| actuate::get_affinity(obs.children[k].id()).unwrap();

@@ -182,6 +182,7 @@ impl Policy for Simmer {
             slots,
             reason: reasons.join(" | "),
             self_judged: true,
+            only_moved: true,
         })
     }
 

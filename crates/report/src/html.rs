@@ -48,7 +48,7 @@ pub fn render_html(d: &RunData) -> String {
          <tr><th>policy</th><td class=l>{} (migrate when predicted cost falls by &ge; {:.0}%)</td></tr>\
          <tr><th>tasks seen</th><td class=l>{}</td></tr>\
          <tr><th>detection</th><td class=l>{}: {} events, {} lost; {} pages re-armed for extra faults</td></tr>\
-         <tr><th>migrations</th><td class=l>{}</td></tr>\
+         <tr><th>migrations</th><td class=l>{}{}</td></tr>\
          <tr><th>huddle CPU time</th><td class=l>{:.3} s + agent helpers {:.3} s = {:.2}% of the program's {:.2} s</td></tr>\
          </table>",
         esc(&i.command.join(" ")),
@@ -62,6 +62,14 @@ pub fn render_html(d: &RunData) -> String {
         i.lost_events,
         i.rearmed_pages,
         migrations.len(),
+        if i.pages_moved + i.pages_not_moved > 0 {
+            format!(
+                "; {} pages moved with their tasks, {} could not be moved",
+                i.pages_moved, i.pages_not_moved
+            )
+        } else {
+            String::new()
+        },
         i.huddle_cpu_s,
         i.agent_cpu_s,
         overhead,

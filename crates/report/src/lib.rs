@@ -50,6 +50,12 @@ pub struct RunInfo {
     /// private memory, TLB shootdowns); absent in older runs.
     #[serde(default)]
     pub rearmed_pages: u64,
+    /// With --move-pages: pages moved to their task's new NUMA node, and pages move_pages
+    /// could not move; absent in older runs.
+    #[serde(default)]
+    pub pages_moved: u64,
+    #[serde(default)]
+    pub pages_not_moved: u64,
     pub target_cpu_s: f64,
     pub detection_source: String,
     pub events: u64,
