@@ -20,7 +20,7 @@ pub struct Common {
     #[arg(long, default_value_t = 5.0, value_name = "PERCENT")]
     pub threshold: f64,
     /// After a migration, move the task's memory to the NUMA node of its new PU (move_pages):
-    /// a thread's pages that only it was seen touching, or with --processes a process's
+    /// the pages a thread was seen touching last, or with --processes a process's
     /// private memory. Only where the allowed PUs span several NUMA nodes
     #[arg(long)]
     pub move_pages: bool,

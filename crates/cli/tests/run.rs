@@ -4,7 +4,7 @@
 mod common;
 use common::Scratch;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,22 @@ fn huddle() -> Command {
 
 fn run(args: &[&str]) -> Output {
     huddle().args(args).output().expect("huddle runs")
+}
+
+/// `huddle run --quiet [RUN_ARGS] --report REPORT -- huddle workload PATTERN --threads N
+/// --seconds S --out-dir OUT [WL_ARGS]`, stdout discarded.
+fn managed_workload(run_args: &[&str], report: &Path, workload: &[&str], out: &Path) -> Command {
+    let mut c = huddle();
+    c.args(["run", "--quiet"])
+        .args(run_args)
+        .arg("--report")
+        .arg(report)
+        .args(["--", env!("CARGO_BIN_EXE_huddle"), "workload"])
+        .args(workload)
+        .arg("--out-dir")
+        .arg(out)
+        .stdout(Stdio::null());
+    c
 }
 
 fn scratch(name: &str) -> Scratch {
@@ -325,22 +341,14 @@ fn attach_follows_a_process_tree_inside_its_cpus() {
 fn a_program_killed_while_managed_gives_its_status_and_a_report() {
     let dir = scratch("killed");
     let report = dir.join("r");
-    let child = huddle()
-        .args(["run", "--quiet", "--report"])
-        .arg(&report)
-        .args([
-            "--",
-            env!("CARGO_BIN_EXE_huddle"),
-            "workload",
-            "ring",
-            "--threads",
-            "4",
-        ])
-        .args(["--seconds", "30", "--out-dir"])
-        .arg(dir.join("wl"))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = managed_workload(
+        &[],
+        &report,
+        &["ring", "--threads", "4", "--seconds", "30"],
+        &dir.join("wl"),
+    )
+    .spawn()
+    .unwrap();
     // Around the first remap (about 1.8 s in).
     std::thread::sleep(Duration::from_millis(1800));
     let program = descendants(child.id());
@@ -409,19 +417,18 @@ fn a_detected_program_is_remapped_so_partners_share_a_pu() {
     let report = dir.join("r");
     // distant-pairs x4: partners (0,2) and (1,3); compact puts each pair on two PUs.
     let pin = format!("{},{},{},{}", pus[0], pus[0], pus[1], pus[1]);
-    let out = huddle()
-        .args(["run", "--quiet", "--report"])
-        .arg(&report)
-        .args([
-            "--",
-            env!("CARGO_BIN_EXE_huddle"),
-            "workload",
-            "distant-pairs",
-            "--threads",
-            "4",
-        ])
-        .args(["--seconds", "5", "--json", "--pin", &pin, "--out-dir"])
-        .arg(dir.join("wl"))
+    let wl = [
+        "distant-pairs",
+        "--threads",
+        "4",
+        "--seconds",
+        "5",
+        "--json",
+        "--pin",
+        &pin,
+    ];
+    let out = managed_workload(&[], &report, &wl, &dir.join("wl"))
+        .stdout(Stdio::piped())
         .output()
         .unwrap();
     assert!(
@@ -471,30 +478,14 @@ fn a_detected_program_is_remapped_so_partners_share_a_pu() {
 fn sigusr1_pauses_extra_faults_and_sigusr2_resumes_them() {
     let d = scratch("pause");
     let report = d.join("report");
-    let child = huddle()
-        .args([
-            "run",
-            "--quiet",
-            "--rearm-floor",
-            "1000",
-            "--steady-floor",
-            "1000",
-        ])
-        .arg("--report")
-        .arg(&report)
-        .args([
-            "--",
-            env!("CARGO_BIN_EXE_huddle"),
-            "workload",
-            "ring",
-            "--threads",
-            "2",
-        ])
-        .args(["--seconds", "5", "--out-dir"])
-        .arg(d.join("wl"))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = managed_workload(
+        &["--rearm-floor", "1000", "--steady-floor", "1000"],
+        &report,
+        &["ring", "--threads", "2", "--seconds", "5"],
+        &d.join("wl"),
+    )
+    .spawn()
+    .unwrap();
     let pid = child.id() as i32;
     for (wait_ms, sig) in [(1000, libc::SIGUSR1), (2000, libc::SIGUSR2)] {
         std::thread::sleep(Duration::from_millis(wait_ms));

@@ -2,18 +2,19 @@
 //! follow it to another NUMA node (threads share one address space, so "the process's
 //! private memory" says nothing about which thread uses a page).
 //!
-//! Every fault the detector sees (first touches and the agent's re-armed pages) records its
-//! task on its page; a page touched by a second task is marked shared for good and never
-//! moved. Only pages that faulted are known: a page the agent never sampled after its first
-//! touch counts as its first toucher's. Bounded: past `cap` pages, new pages are not
-//! recorded (counted in `dropped`).
+//! Every fault the detector sees (first touches and the agent's re-armed pages) makes its
+//! task the page's owner: a page follows the task that touched it last (as kernel-level
+//! schemes such as kMAF move a page toward its latest accessors). A page shared with one
+//! marked owner for good would never move in the commonest case, data the main thread
+//! initialised for its workers; a page two partners share goes with either, and the
+//! manager puts partners together anyway. Only pages that faulted are known: a page the
+//! agent never sampled after its first touch counts as its first toucher's. Bounded: past
+//! `cap` pages, new pages are not recorded (counted in `dropped`).
 
 use std::collections::HashMap;
 
-const SHARED: u32 = u32::MAX;
-
 pub struct PageOwners {
-    /// (process, page number) -> the only task seen on it, or SHARED.
+    /// (process, page number) -> the task that touched it last.
     pages: HashMap<(u32, u64), u32>,
     page_shift: u32,
     cap: usize,
@@ -36,8 +37,7 @@ impl PageOwners {
         let key = (pid, addr >> self.page_shift);
         let full = self.pages.len() >= self.cap;
         match self.pages.get_mut(&key) {
-            Some(owner) if *owner != task => *owner = SHARED,
-            Some(_) => {}
+            Some(owner) => *owner = task,
             None if !full => {
                 self.pages.insert(key, task);
             }
@@ -45,7 +45,7 @@ impl PageOwners {
         }
     }
 
-    /// The pages (start addresses, ascending) that only `task` has touched.
+    /// The pages (start addresses, ascending) that `task` touched last.
     pub fn owned_by(&self, task: u32) -> Vec<u64> {
         let mut v: Vec<u64> = self
             .pages
@@ -71,20 +71,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_page_belongs_to_its_only_toucher() {
+    fn a_page_belongs_to_its_last_toucher() {
         let mut o = PageOwners::new(4096, 100);
         o.record(7, 0x1000, 1);
         o.record(7, 0x1fff, 1); // same page
         o.record(7, 0x3000, 1);
         o.record(7, 0x5000, 2);
-        // Touched by both: shared, for good.
-        o.record(7, 0x8010, 1);
+        // Initialised by task 0 (a main thread), then used by task 2: task 2's.
+        o.record(7, 0x8010, 0);
         o.record(7, 0x8020, 2);
-        o.record(7, 0x8030, 1);
-        assert_eq!(o.owned_by(1), vec![0x1000, 0x3000]);
-        assert_eq!(o.owned_by(2), vec![0x5000]);
-        assert!(o.owned_by(3).is_empty());
-        assert_eq!(o.len(), 4);
+        // Back and forth: the latest.
+        o.record(7, 0x9000, 1);
+        o.record(7, 0x9000, 2);
+        o.record(7, 0x9000, 1);
+        assert_eq!(o.owned_by(1), vec![0x1000, 0x3000, 0x9000]);
+        assert_eq!(o.owned_by(2), vec![0x5000, 0x8000]);
+        assert!(o.owned_by(0).is_empty());
+        assert_eq!(o.len(), 5);
     }
 
     #[test]
@@ -105,5 +108,6 @@ mod tests {
         o.record(1, 0x2000, 2); // known page: still updated
         assert_eq!(o.dropped, 1);
         assert_eq!(o.owned_by(1), vec![0x1000]);
+        assert_eq!(o.owned_by(2), vec![0x2000]);
     }
 }

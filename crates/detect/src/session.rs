@@ -1056,8 +1056,8 @@ impl Session {
     }
 
     /// CDSM aging after a migration: M -= M >> 2.
-    /// The pages (start addresses in the task's process) only task `task` (a row of the
-    /// matrix) has touched, when the session records page owners; empty otherwise.
+    /// The pages (start addresses in the task's process) task `task` (a row of the matrix)
+    /// touched last, when the session records page owners; empty otherwise.
     pub fn owned_pages(&self, task: usize) -> Vec<u64> {
         self.owners
             .as_ref()

@@ -3,7 +3,7 @@
 //! runs, so a large process moves over several intervals instead of stalling one).
 //!
 //! What follows a task: for a whole process (`--processes`), its private anonymous memory;
-//! for a thread, the pages only it was seen touching (the detector's page owners), since
+//! for a thread, the pages it was seen touching last (the detector's page owners), since
 //! threads share one address space.
 
 use crate::actuate;

@@ -67,8 +67,8 @@ pub trait Observer {
     fn rearmed_pages(&self) -> u64 {
         0
     }
-    /// Page addresses (in the task's process, ascending) that only task `task` (an index of
-    /// the snapshot) was seen touching; empty when not recorded.
+    /// Page addresses (in the task's process, ascending) that task `task` (an index of the
+    /// snapshot) was seen touching last; empty when not recorded.
     fn owned_pages(&self, _task: usize) -> Vec<u64> {
         Vec::new()
     }
@@ -491,8 +491,6 @@ fn push_note(notes: &mut Vec<String>, note: String) {
     }
 }
 
-/// With several NUMA nodes, moves up to `budget` of the process's private pages to the node
-/// of its new PU.
 /// OS index of the NUMA node of a slot (None without NUMA information).
 fn numa_os_index(target: &Target, slot: usize) -> Option<i32> {
     let node = target.pu(slot).numa?;
@@ -549,9 +547,11 @@ mod tests {
     use std::process::{Child, Command};
     use topology::Machine;
 
-    /// Real child processes as tasks, with a fixed matrix: checks the loop and the actuation,
-    /// not detection (which has its own tests).
+    /// Real processes as tasks, with a fixed matrix: checks the loop and the actuation, not
+    /// detection (which has its own tests).
     struct Fixed {
+        pids: Vec<u32>,
+        /// Our own children among them (the test reaps them).
         children: Vec<Child>,
         matrix: CommMatrix,
         aged: usize,
@@ -559,20 +559,39 @@ mod tests {
         asked: std::cell::RefCell<Vec<usize>>,
     }
 
+    impl Fixed {
+        fn new(children: Vec<Child>, matrix: CommMatrix) -> Fixed {
+            let mut f = Fixed::foreign(children.iter().map(Child::id).collect(), matrix);
+            f.children = children;
+            f
+        }
+
+        /// Processes that are not ours.
+        fn foreign(pids: Vec<u32>, matrix: CommMatrix) -> Fixed {
+            Fixed {
+                pids,
+                children: Vec::new(),
+                matrix,
+                aged: 0,
+                asked: Default::default(),
+            }
+        }
+    }
+
     impl Observer for Fixed {
         fn pid(&self) -> u32 {
-            self.children[0].id()
+            self.pids[0]
         }
         fn poll(&mut self) -> u64 {
             10
         }
         fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
             let tasks = self
-                .children
+                .pids
                 .iter()
-                .map(|c| TaskInfo {
-                    tid: c.id(),
-                    pid: c.id(),
+                .map(|&p| TaskInfo {
+                    tid: p,
+                    pid: p,
                     comm: "sleep".into(),
                     first_seen: 0.0,
                     whole_process: false,
@@ -587,7 +606,7 @@ mod tests {
             self.asked.borrow_mut().push(task);
             // Up to 32 pages of the task's private memory.
             let page = page_size();
-            actuate::private_ranges(self.children[task].id())
+            actuate::private_ranges(self.pids[task])
                 .iter()
                 .flat_map(|&(a, b)| (a..b).step_by(page as usize))
                 .take(32)
@@ -672,12 +691,7 @@ mod tests {
             m.set(a, b, w);
             m.set(b, a, w);
         }
-        let mut obs = Fixed {
-            children,
-            matrix: m,
-            aged: 0,
-            asked: Default::default(),
-        };
+        let mut obs = Fixed::new(children, m);
         let data = manage(&mut obs, &target, comm_config(2.2));
         for c in &mut obs.children {
             c.kill().unwrap();
@@ -702,12 +716,7 @@ mod tests {
         let mut m = CommMatrix::zeros(2);
         m.set(0, 1, 10.0);
         m.set(1, 0, 10.0);
-        let mut obs = Fixed {
-            children,
-            matrix: m,
-            aged: 0,
-            asked: Default::default(),
-        };
+        let mut obs = Fixed::new(children, m);
         let data = manage(&mut obs, &target, comm_config(0.4));
         assert!(
             data.decisions.is_empty(),
@@ -728,12 +737,7 @@ mod tests {
             return;
         }
         let target = Target::machine(machine);
-        let mut obs = Fixed {
-            children: sleepers(3),
-            matrix: CommMatrix::zeros(3),
-            aged: 0,
-            asked: Default::default(),
-        };
+        let mut obs = Fixed::new(sleepers(3), CommMatrix::zeros(3));
         let mut cfg = comm_config(0.5);
         cfg.policy = crate::policy::parse("static:compact", 1).unwrap();
         let data = manage(&mut obs, &target, cfg);
@@ -757,57 +761,6 @@ mod tests {
         assert_eq!(moves.count(), 1, "mapped once: {:?}", data.decisions);
     }
 
-    /// Someone else's processes as tasks (pids given), a matrix that asks to move them.
-    struct Foreign(Vec<u32>);
-
-    impl Observer for Foreign {
-        fn pid(&self) -> u32 {
-            self.0[0]
-        }
-        fn poll(&mut self) -> u64 {
-            0
-        }
-        fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
-            let n = self.0.len();
-            let mut m = CommMatrix::zeros(n);
-            for i in 0..n {
-                for j in 0..n {
-                    if i != j {
-                        m.set(i, j, 1000.0);
-                    }
-                }
-            }
-            let tasks = self
-                .0
-                .iter()
-                .map(|&p| TaskInfo {
-                    tid: p,
-                    pid: p,
-                    comm: "sleep".into(),
-                    first_seen: 0.0,
-                    whole_process: false,
-                })
-                .collect();
-            (m, tasks)
-        }
-        fn age(&mut self) {}
-        fn lost(&self) -> u64 {
-            0
-        }
-        fn source(&self) -> String {
-            "fixed matrix (test)".into()
-        }
-        fn notes(&self) -> Vec<String> {
-            Vec::new()
-        }
-        fn try_wait(&mut self) -> Option<Exit> {
-            None
-        }
-        fn alive(&self) -> bool {
-            true
-        }
-    }
-
     /// Run as another user by `pinning_someone_elses_tasks_is_a_note` (the pids in the
     /// environment belong to root): exits 0 when the loop ran on and noted the EPERM.
     #[test]
@@ -824,7 +777,14 @@ mod tests {
         let target = Target::machine(Machine::from_system().unwrap());
         let mut cfg = comm_config(0.6);
         cfg.policy = crate::policy::parse("static:compact", 1).unwrap();
-        let data = manage(&mut Foreign(pids), &target, cfg);
+        let n = pids.len();
+        let mut all_talk = CommMatrix::zeros(n);
+        for i in 0..n {
+            for j in (0..n).filter(|&j| j != i) {
+                all_talk.set(i, j, 1000.0);
+            }
+        }
+        let data = manage(&mut Fixed::foreign(pids, all_talk), &target, cfg);
         let noted = data.info.notes.iter().any(|n| n.contains("EPERM"));
         let tried = data.decisions.iter().any(|d| d.action == "migrate");
         println!("notes {:?} decisions {:?}", data.info.notes, data.decisions);
@@ -865,8 +825,8 @@ mod tests {
         );
     }
 
-    /// --move-pages on a model with two NUMA nodes (PUs 0 and 1, one per node): the
-    /// threads that moved have their own pages queued for their new node. On a one-node
+    /// --move-pages on a model with two NUMA nodes (PUs 0 and 1, one per node): the threads
+    /// that moved have the pages they touched last queued for their new node. On a one-node
     /// machine node 1 does not exist and those moves fail; they are counted, not fatal.
     #[test]
     fn moved_threads_take_their_pages_along() {
@@ -893,12 +853,7 @@ mod tests {
             m.set(a, b, 100.0);
             m.set(b, a, 100.0);
         }
-        let mut obs = Fixed {
-            children,
-            matrix: m,
-            aged: 0,
-            asked: Default::default(),
-        };
+        let mut obs = Fixed::new(children, m);
         let mut cfg = comm_config(0.8);
         cfg.page_budget = 8;
         let data = manage(&mut obs, &target, cfg);
@@ -933,12 +888,7 @@ mod tests {
     #[test]
     fn one_numa_node_moves_no_page() {
         let target = Target::machine(Machine::from_synthetic("pack:1 core:2 pu:1").unwrap());
-        let mut obs = Fixed {
-            children: sleepers(2),
-            matrix: CommMatrix::zeros(2),
-            aged: 0,
-            asked: Default::default(),
-        };
+        let mut obs = Fixed::new(sleepers(2), CommMatrix::zeros(2));
         let mut cfg = comm_config(0.2);
         cfg.page_budget = 8;
         let data = manage(&mut obs, &target, cfg);
@@ -976,12 +926,7 @@ mod tests {
             m.set(a, b, 100.0);
             m.set(b, a, 100.0);
         }
-        let mut obs = Fixed {
-            children,
-            matrix: m,
-            aged: 0,
-            asked: Default::default(),
-        };
+        let mut obs = Fixed::new(children, m);
         let data = manage(&mut obs, &target, comm_config(0.6));
         let aff = |k: usize| actuate::get_affinity(obs.children[k].id()).unwrap();
         assert_eq!(
