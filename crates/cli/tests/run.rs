@@ -148,6 +148,32 @@ fn sigterm_to_huddle_reaches_the_program() {
     );
 }
 
+/// On a terminal (a pty from `script`), huddle keeps one status line on stderr.
+#[test]
+fn a_terminal_gets_a_live_status_line() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("needs script(1) for a pty");
+        return;
+    }
+    let cmd = format!("{} run -- sleep 1.2", env!("CARGO_BIN_EXE_huddle"));
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // Rewritten in place: carriage return, the line, erase to its end.
+    let line = text
+        .split('\r')
+        .find(|l| l.starts_with("huddle: ") && l.contains(" tasks, "))
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    assert!(line.contains(" events/s, no remap yet\x1b[K"), "{line:?}");
+    // Without a terminal (this test's own stderr is a pipe), nothing of it.
+    let plain = run(&["run", "--", "sleep", "0.3"]);
+    assert!(!String::from_utf8_lossy(&plain.stderr).contains(" events/s"));
+}
+
 #[test]
 fn sigint_to_huddle_reaches_the_program() {
     // Sent with kill (not from a terminal, which would reach the program itself).

@@ -1065,11 +1065,7 @@ impl Session {
     }
 
     pub fn age(&mut self) {
-        for row in &mut self.counts {
-            for v in row.iter_mut() {
-                *v -= *v >> 2;
-            }
-        }
+        age_rows(&mut self.counts);
     }
 
     pub fn stats(&self) -> Stats {
@@ -1148,6 +1144,16 @@ impl Drop for Session {
     }
 }
 
+/// CDSM's ageing after a migration, M -= M >> 2 on every entry: old communication fades so
+/// a new pattern can take over.
+fn age_rows(rows: &mut [Vec<u64>]) {
+    for row in rows {
+        for v in row.iter_mut() {
+            *v -= *v >> 2;
+        }
+    }
+}
+
 fn map_ring(path: &Path) -> Option<AgentRing> {
     use std::os::unix::fs::MetadataExt;
     let f = std::fs::OpenOptions::new()
@@ -1213,5 +1219,22 @@ fn hw_sampling_note() -> String {
         "Intel PEBS memory sampling present; not used by this version (page faults only)".into()
     } else {
         "skipped: no hardware PMU with memory sampling on this machine".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::age_rows;
+
+    #[test]
+    fn ageing_takes_a_quarter_rounded_down() {
+        let mut rows = vec![vec![0, 1, 3, 4, 7, 100], vec![], vec![8]];
+        age_rows(&mut rows);
+        assert_eq!(rows, vec![vec![0, 1, 3, 3, 6, 75], vec![], vec![6]]);
+        // Repeated ageing fades a count away only down to 3 (3 >> 2 == 0): a trickle stays.
+        for _ in 0..20 {
+            age_rows(&mut rows);
+        }
+        assert_eq!(rows[0][5], 3);
     }
 }
