@@ -116,20 +116,24 @@ impl Comm {
     }
 }
 
-/// Largest communicator whose exchange order is searched; larger ones keep machine order
-/// (one sweep of the search costs O(n^3)).
-const EXCHANGE_SEARCH_MAX: usize = 256;
+/// Candidate swaps when spreading the exchange order: 16 per member, but at most
+/// EXCHANGE_WORK / n, since each costs O(n): about 3.5 ms at any size on the 2-core VM
+/// (release build), where sweeping all pairs until nothing improved took 33 ms at 64 ranks
+/// and 1.5-4.4 s at 256.
+const EXCHANGE_SWAPS_PER_RANK: usize = 16;
+const EXCHANGE_WORK: usize = 1 << 16;
 
 /// The order of the members (indexes into `keys`) for Alltoall's pairwise exchange, where at
 /// step s the member at position i sends to the one at position i + s (mod n).
 ///
 /// In machine order the steps are lopsided: with two packages of m ranks, step m sends every
 /// message across the package link at once while step 1 sends two. The total that must cross
-/// is fixed, so the order is rearranged to spread it: starting from machine order, members
-/// of different groups swap places while that lowers the most messages any one step sends
-/// across groups (ties: the sum of squares over steps). Groups are packages, or NUMA nodes
-/// when the members share one package; with one group, machine order is kept. The search is
-/// deterministic, so every member computes the same order.
+/// is fixed, so the order spreads it: a shuffle of machine order (its peak step is already
+/// within about 1.2x the average for large n), then swaps of members of different groups at
+/// pseudo-random places (see EXCHANGE_SWAPS_PER_RANK), each kept when it lowers the most
+/// messages any step sends across groups (ties: the sum of squares over steps). Groups are packages, or NUMA nodes when the
+/// members share one package; with one group, machine order is kept. The generator has a
+/// fixed seed, so every member computes the same order.
 pub fn exchange_order(keys: &[[u32; NKEYS]]) -> Vec<usize> {
     let n = keys.len();
     let mut order: Vec<usize> = (0..n).collect();
@@ -137,8 +141,17 @@ pub fn exchange_order(keys: &[[u32; NKEYS]]) -> Vec<usize> {
     let Some(level) = (0..2).find(|&l| keys.iter().any(|k| k[l] != keys[0][l])) else {
         return order;
     };
-    if n > EXCHANGE_SEARCH_MAX {
-        return order;
+    // SplitMix64: a deterministic stream, the same on every member.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut below = |m: usize| {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) % m as u64) as usize
+    };
+    for i in (1..n).rev() {
+        order.swap(i, below(i + 1));
     }
     let mut group: Vec<u32> = order.iter().map(|&r| keys[r][level]).collect();
     let mut cross = crossings(&group);
@@ -172,32 +185,25 @@ pub fn exchange_order(keys: &[[u32; NKEYS]]) -> Vec<usize> {
             }
         }
     };
-    loop {
-        let mut improved = false;
-        for a in 0..n {
-            for b in a + 1..n {
-                if group[a] == group[b] {
-                    continue;
-                }
-                touch(&group, &mut cross, a, b, false);
-                group.swap(a, b);
-                touch(&group, &mut cross, a, b, true);
-                let sc = score(&cross);
-                if sc < best {
-                    best = sc;
-                    order.swap(a, b);
-                    improved = true;
-                } else {
-                    touch(&group, &mut cross, a, b, false);
-                    group.swap(a, b);
-                    touch(&group, &mut cross, a, b, true);
-                }
-            }
+    for _ in 0..(EXCHANGE_SWAPS_PER_RANK * n).min(EXCHANGE_WORK / n) {
+        let (a, b) = (below(n), below(n));
+        if group[a] == group[b] {
+            continue;
         }
-        if !improved {
-            return order;
+        touch(&group, &mut cross, a, b, false);
+        group.swap(a, b);
+        touch(&group, &mut cross, a, b, true);
+        let sc = score(&cross);
+        if sc < best {
+            best = sc;
+            order.swap(a, b);
+        } else {
+            touch(&group, &mut cross, a, b, false);
+            group.swap(a, b);
+            touch(&group, &mut cross, a, b, true);
         }
     }
+    order
 }
 
 /// For the groups of the members in exchange order, how many sends of each step s = 1..n-1
@@ -891,11 +897,16 @@ mod tests {
             let group = |o: &[usize]| o.iter().map(|&r| keys[r][0]).collect::<Vec<_>>();
             let machine = crossings(&group(&(0..n).collect::<Vec<_>>()));
             let spread = crossings(&group(&order));
-            // The total is fixed; every step carries at most one message over the average.
+            // The total is fixed; up to 32 ranks every step carries at most one message over
+            // the average, beyond that (a bounded number of swaps) at most an eighth more.
             assert_eq!(spread.iter().sum::<usize>(), machine.iter().sum::<usize>());
             let bound = machine.iter().sum::<usize>().div_ceil(n - 1);
+            let slack = if n <= 32 { 1 } else { bound / 8 };
             let peak = *spread.iter().max().unwrap();
-            assert!(peak <= bound + 1, "{sizes:?}: peak {peak}, bound {bound}");
+            assert!(
+                peak <= bound + slack,
+                "{sizes:?}: peak {peak}, bound {bound}"
+            );
             // Packages of equal size: machine order's middle step sends every message
             // across; the spread order does not.
             if sizes.iter().all(|&m| m == sizes[0]) && n >= 8 {
