@@ -586,6 +586,7 @@ impl Session {
                 .collect()
         };
         let mut tasks = list();
+        let mut seen: std::collections::HashSet<(u32, u32)> = tasks.iter().copied().collect();
         if tasks.is_empty() {
             return Err(DetectError::NoSuchProcess(pid));
         }
@@ -598,7 +599,7 @@ impl Session {
         for _ in 0..5 {
             let new: Vec<(u32, u32)> = list()
                 .into_iter()
-                .filter(|task| !tasks.contains(task))
+                .filter(|task| seen.insert(*task))
                 .collect();
             if new.is_empty() {
                 break;

@@ -578,6 +578,16 @@ mod tests {
         }
     }
 
+    /// Our children end with the test, panics included.
+    impl Drop for Fixed {
+        fn drop(&mut self) {
+            for c in &mut self.children {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
     impl Observer for Fixed {
         fn pid(&self) -> u32 {
             self.pids[0]
@@ -693,10 +703,6 @@ mod tests {
         }
         let mut obs = Fixed::new(children, m);
         let data = manage(&mut obs, &target, comm_config(2.2));
-        for c in &mut obs.children {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
         let late: Vec<&Decision> = data
             .decisions
             .iter()
@@ -723,10 +729,6 @@ mod tests {
             "10 events < 64: {:?}",
             data.decisions
         );
-        for c in &mut obs.children {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
     }
 
     #[test]
@@ -746,10 +748,6 @@ mod tests {
             .iter()
             .map(|c| actuate::get_affinity(c.id()))
             .collect();
-        for c in &mut obs.children {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
         assert!(
             masks
                 .iter()
@@ -857,10 +855,6 @@ mod tests {
         let mut cfg = comm_config(0.8);
         cfg.page_budget = 8;
         let data = manage(&mut obs, &target, cfg);
-        for c in &mut obs.children {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
         let migration = data
             .decisions
             .iter()
@@ -892,10 +886,6 @@ mod tests {
         let mut cfg = comm_config(0.2);
         cfg.page_budget = 8;
         let data = manage(&mut obs, &target, cfg);
-        for c in &mut obs.children {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
         assert!(
             data.info.notes.iter().any(|n| n.contains("one NUMA node")),
             "{:?}",
@@ -958,9 +948,5 @@ mod tests {
         assert!(data.decisions.len() >= 2);
         assert_eq!(data.tasks.len(), 4);
         assert!(!data.placements.is_empty());
-        for c in &mut obs.children {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
     }
 }
