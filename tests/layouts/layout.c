@@ -160,8 +160,9 @@ static void step(int p, int t, int T, long it) {
     }
 }
 
-/* gt[i][j] = bytes i read of j's blocks plus bytes j read of i's, over `iters` iterations:
- * from the decomposition above, counting the exact elements each step reads across blocks. */
+/* gt[i][j] = bytes i read of j's blocks plus bytes j read of i's, over `iters` iterations,
+ * counted in whole 64-byte cache lines (what moves between caches): from the decomposition
+ * above. A strided read of one double per row costs a line (8 doubles) per row. */
 static void ground_truth(int p, int T, long iters, uint64_t *gt) {
     uint64_t rd[MAXT][MAXT] = {{0}}; /* rd[i][j]: doubles i reads of j per iteration */
     int px, py;
@@ -172,14 +173,14 @@ static void ground_truth(int p, int T, long iters, uint64_t *gt) {
             if (t > 0) rd[t][t - 1] += H;
             if (t < T - 1) rd[t][t + 1] += H;
             break;
-        case STENCIL: { /* row segment from north/south, column from west/east */
+        case STENCIL: { /* row segment from north/south, column (a line a row) from west/east */
             int ti = t / py, tj = t % py;
             long rows = lo(NY, ti + 1, px) - lo(NY, ti, px);
             long cols = lo(NX, tj + 1, py) - lo(NX, tj, py);
             if (ti > 0) rd[t][t - py] += cols;
             if (ti < px - 1) rd[t][t + py] += cols;
-            if (tj > 0) rd[t][t - 1] += rows;
-            if (tj < py - 1) rd[t][t + 1] += rows;
+            if (tj > 0) rd[t][t - 1] += 8 * rows;
+            if (tj < py - 1) rd[t][t + 1] += 8 * rows;
             break;
         }
         case TRANSPOSE: /* rows(t) x rows(s) complex numbers of A from each other thread s */

@@ -370,8 +370,9 @@ contains
     end do
   end subroutine step_pipeline
 
-  ! gt(i, j) = bytes i read of j's blocks plus bytes j read of i's, over `iters` iterations:
-  ! from the decomposition above, counting the exact elements each step reads across blocks.
+  ! gt(i, j) = bytes i read of j's blocks plus bytes j read of i's, over `iters` iterations,
+  ! counted in whole 64-byte cache lines (what moves between caches): from the decomposition
+  ! above. A strided read of one double per row costs a line (8 doubles) per row.
   subroutine ground_truth(gt)
     integer(8), intent(out) :: gt(nt, nt)
     integer(8) :: rd(nt, nt)      ! rd(i, j): doubles i reads of j per iteration (1-based)
@@ -390,8 +391,8 @@ contains
         cols = lo(NX, tx + 1, py) - lo(NX, tx, py)
         if (ty > 0) rd(t, t - py) = rd(t, t - py) + cols
         if (ty < px - 1) rd(t, t + py) = rd(t, t + py) + cols
-        if (tx > 0) rd(t, t - 1) = rd(t, t - 1) + rows
-        if (tx < py - 1) rd(t, t + 1) = rd(t, t + 1) + rows
+        if (tx > 0) rd(t, t - 1) = rd(t, t - 1) + 8 * rows
+        if (tx < py - 1) rd(t, t + 1) = rd(t, t + 1) + 8 * rows
       case (ITRANSPOSE)            ! slabs(t) x slabs(s) complex numbers of A from each other s
         do s = 1, nt
           if (s /= t) rd(t, s) = rd(t, s) + 2_8 * (lo(NM, t, nt) - lo(NM, t - 1, nt)) &

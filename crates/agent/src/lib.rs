@@ -72,6 +72,10 @@ use detect::ring::{self, RingView};
 use libc::{c_int, c_ulong, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
+mod adopt;
+mod focus;
+mod maps;
+
 // userfaultfd ABI (linux/userfaultfd.h).
 const UFFD_API: u64 = 0xAA;
 const UFFDIO_API: c_ulong = 0xc018_aa3f;
@@ -196,6 +200,8 @@ const SCAN_NS: u64 = 100_000_000;
 const INDEX_MAX_AGE_NS: u64 = 4_000_000_000;
 /// Pages the re-arm thread aims to re-arm per wake-up (see rearm_main).
 const PAGES_PER_WAKE: f64 = 16.0;
+/// Focus pages (see the focus module) re-armed per tick at most.
+const FOCUS_PER_TICK: usize = 64;
 /// Pages zero-filled at a first touch (see zero_fill).
 const ZERO_AHEAD: usize = 16;
 /// A dropped page nobody touched within this time is put back. Short, because pages of a
@@ -291,6 +297,8 @@ struct State {
     /// Every range registered with our uffd (under the lock), for stepping back.
     registered: [(u64, u64); MAX_REGIONS],
     nregistered: usize,
+    /// Pages seen shared, re-armed more often (under the lock).
+    focus: focus::Focus,
 }
 
 /// The agent's uffd (-1: none); read by the interposed ioctl.
@@ -630,6 +638,10 @@ fn start() {
         }
         if (*st).uffd >= 0 && UFFD_CAN_MOVE.load(Ordering::Relaxed) {
             open_vault(st);
+        }
+        if (*st).uffd >= 0 {
+            let pages = adopt::adopt_file_data((*st).maps, &mut (*st).maps_buf);
+            view.header().adopted_pages.store(pages, Ordering::Relaxed);
         }
         UFFD.store((*st).uffd, Ordering::Release);
         STATE.store(st, Ordering::Release);
@@ -987,8 +999,12 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             let mut rg = range;
             uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
             view.header().handled.fetch_add(1, Ordering::Relaxed);
+            let now = monotonic_ns();
+            if m.a0 & UFFD_PAGEFAULT_FLAG_WP == 0 {
+                st.focus.fault(page, m.a2 as u32, now);
+            }
             view.push(ring::Record {
-                time: monotonic_ns(),
+                time: now,
                 addr: m.a1,
                 tid: m.a2 as u32,
                 kind: ring::KIND_WRITE_FAULT,
@@ -1018,6 +1034,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                         note_discard(st, m.a0, m.a1);
                     }
                     st.changes += 1;
+                    st.focus.forget(m.a0, m.a1);
                     for i in 0..SAVED {
                         let a = st.saved[i].addr;
                         if a != 0 && m.a0 <= a && a < m.a1 {
@@ -1035,6 +1052,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 }
             }
             st.changes += 1;
+            st.focus.forget(m.a0, m.a0 + m.a2);
             st.remapped[st.remapped_next] = (m.a0, m.a0 + m.a2);
             st.remapped_next = (st.remapped_next + 1) % REMAPPED;
             true
@@ -1145,18 +1163,6 @@ unsafe fn expire(st: &mut State, now: u64) {
     unlock();
 }
 
-fn parse_hex(s: &[u8]) -> Option<u64> {
-    let mut v: u64 = 0;
-    if s.is_empty() {
-        return None;
-    }
-    for &c in s {
-        let d = (c as char).to_digit(16)? as u64;
-        v = v.checked_mul(16)?.checked_add(d)?;
-    }
-    Some(v)
-}
-
 /// Re-reads /proc/self/maps and, when its text changed or `whole` asks, rebuilds the
 /// candidate list (no allocation), registers private anonymous candidates with the
 /// userfaultfd and indexes the present pages. Returns whether it did that whole pass.
@@ -1193,68 +1199,26 @@ unsafe fn scan_maps(st: &mut State, view: &RingView, whole: bool) -> bool {
     st.nregions = 0;
     st.total_pages = 0;
     st.shared_pages = 0;
-    let (mut prev_end, mut prev_file) = (0u64, false);
+    let mut classifier = maps::Classifier::default();
     let mut pos = 0;
     while pos < len && st.nregions < MAX_REGIONS {
         let line_end = st.maps_buf[pos..len]
             .iter()
             .position(|&c| c == b'\n')
             .map_or(len, |i| pos + i);
-        let line = &st.maps_buf[pos..line_end];
+        let parsed = maps::parse(&st.maps_buf[pos..line_end]);
         pos = line_end + 1;
-        let mut fields = line.split(|&c| c == b' ').filter(|f| !f.is_empty());
-        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
-            continue;
-        };
-        let path = fields.next().unwrap_or(b"");
-        let Some(dash) = range.iter().position(|&c| c == b'-') else {
-            continue;
-        };
-        let (Some(start), Some(end)) = (parse_hex(&range[..dash]), parse_hex(&range[dash + 1..]))
-        else {
-            continue;
-        };
-        if perms.len() < 4 {
-            continue;
-        }
-        let (r, w, x, s) = (
-            perms[0] == b'r',
-            perms[1] == b'w',
-            perms[2] == b'x',
-            perms[3] == b's',
-        );
-        let anon = inode == b"0" && (path.is_empty() || path == b"[heap]");
-        let adjacent = start == prev_end;
-        let after_file = adjacent && prev_file;
-        prev_end = end;
-        prev_file = inode != b"0";
-        if !r || !w || x {
-            continue;
-        }
+        let Some(m) = parsed else { continue };
+        let (start, end) = (m.start, m.end);
+        let usage = classifier.classify(&m, private_ok);
         let mine = st
             .excluded
             .iter()
             .any(|&(a, b)| a < end && start < b.max(a + 1));
-        if mine {
+        if usage == maps::Use::Never || mine {
             continue;
         }
-        let eligible = if s {
-            // Shared: files, shmem, /dev/zero; never device memory.
-            !path.starts_with(b"/dev/")
-                || path.starts_with(b"/dev/zero")
-                || path.starts_with(b"/dev/shm/")
-        } else {
-            private_ok && anon && !after_file
-        };
-        if !eligible {
-            continue;
-        }
+        let s = usage == maps::Use::Shared;
         if !s {
             lock();
             let mut reg = UffdioRegister {
@@ -1622,6 +1586,8 @@ unsafe fn rearm(st: &mut State, view: &RingView, n: u64) {
     if st.total_pages == 0 {
         return;
     }
+    // Up to three quarters to the focus table (see the focus module), the rest uniform.
+    let n = n - rearm_focus(st, view, n - n / 4);
     for _ in 0..n {
         // The index is up to INDEX_MAX_AGE_NS old: pages dropped since (ours, not yet
         // touched again) or discarded by the program are drawn again.
@@ -1638,6 +1604,41 @@ unsafe fn rearm(st: &mut State, view: &RingView, n: u64) {
             }
         }
     }
+}
+
+/// Re-arms up to `most` pages of the focus table that are due; returns how many it tried.
+/// Only pages still inside a private region of the last scan (as for the uniform sample).
+unsafe fn rearm_focus(st: &mut State, view: &RingView, most: u64) -> u64 {
+    let mut due = [0u64; FOCUS_PER_TICK];
+    let now = monotonic_ns();
+    lock();
+    let n = st
+        .focus
+        .take_due(now, &mut due[..(most as usize).min(FOCUS_PER_TICK)]);
+    unlock();
+    for &page in &due[..n] {
+        let private = st.regions[..st.nregions]
+            .iter()
+            .any(|r| !r.shared && r.start <= page && page < r.end);
+        if !private || !present(st, page) {
+            lock();
+            st.focus.forget(page, page + PAGE as u64);
+            unlock();
+            continue;
+        }
+        let before = view.header().rearmed_private.load(Ordering::Relaxed);
+        rearm_page(st, view, page, false);
+        if view.header().rearmed_private.load(Ordering::Relaxed) == before {
+            lock();
+            st.focus.not_armed(page, now);
+            unlock();
+        }
+    }
+    let h = view.header();
+    h.focus_shared
+        .store(st.focus.found_shared, Ordering::Relaxed);
+    h.focus_rearms.store(st.focus.rearms, Ordering::Relaxed);
+    n as u64
 }
 
 /// A uniformly random candidate page, present or not: (address, shared).

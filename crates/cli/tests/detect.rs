@@ -193,9 +193,6 @@ fn checksum_is_the_same_with_and_without_detection_threads() {
     same_checksum("threads");
 }
 
-/// A C program checks its own memory while the agent drops and restores its pages 20 times
-/// faster than by default, and meanwhile discards, moves, unmaps and maps memory, reads into
-/// it with a system call and forks (crates/cli/tests/agent_torture.c).
 /// Compiles tests/NAME.c into `dir`.
 fn compile_c(dir: &Path, name: &str) -> PathBuf {
     let bin = dir.join(name);
@@ -214,6 +211,11 @@ fn compile_c(dir: &Path, name: &str) -> PathBuf {
     bin
 }
 
+/// A C program checks its own memory (heap, mmap, .bss, .data) while the agent drops and
+/// restores its pages 20 times faster than by default, and meanwhile discards, moves, unmaps
+/// and maps memory (over its .bss too), moves brk, reads into it with a system call, forks
+/// (a child that exits while its agent re-arms), execs, and at the end registers a
+/// userfaultfd of its own on its static data (crates/cli/tests/agent_torture.c).
 fn agent_keeps_memory_intact(saved_by: &str) {
     let d = tmp(&format!("torture-{saved_by}"));
     let bin = compile_c(&d, "agent_torture");
@@ -248,6 +250,12 @@ fn agent_keeps_memory_intact(saved_by: &str) {
     assert!(
         stats["rearmed_private"].as_u64().unwrap_or(0) > 100,
         "the agent dropped pages: {stats}"
+    );
+    // The program's .data (4 x 64 pages of initialised static words) became anonymous memory
+    // the agent can re-arm, as its .bss is.
+    assert!(
+        stats["adopted_pages"].as_u64().unwrap_or(0) >= 256,
+        "the agent adopted the static data: {stats}"
     );
 }
 

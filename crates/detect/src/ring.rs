@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 
@@ -66,6 +66,13 @@ pub struct Header {
     /// Scans of /proc/self/maps that found its text changed: while this stays the same the
     /// detector keeps its copy of the process's mappings.
     pub maps_changes: AtomicU64,
+    /// Pages of file-backed private data (an object's .data) the agent replaced by anonymous
+    /// copies at start so that they can be re-armed (see the agent's adopt module).
+    pub adopted_pages: AtomicU64,
+    /// Private pages the agent found shared by two tasks or more and re-armed more often,
+    /// and the re-arms it gave them (see the agent's focus module).
+    pub focus_shared: AtomicU64,
+    pub focus_rearms: AtomicU64,
 }
 
 /// A fault the agent resolved itself: task `tid` touched `addr` at `time` (CLOCK_MONOTONIC ns).

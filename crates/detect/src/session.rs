@@ -156,6 +156,11 @@ pub struct Stats {
     pub agent_handled: u64,
     pub agent_errors: u64,
     pub candidate_pages: u64,
+    /// Pages of file-backed private data (.data) the agents made re-armable at start.
+    pub adopted_pages: u64,
+    /// Private pages the agents found shared (the focus table) and the re-arms they got.
+    pub focus_shared: u64,
+    pub focus_rearms: u64,
     pub agents: usize,
     /// The program-wide re-arm floor now (pages/s), and how often a pattern change raised it.
     pub rearm_floor: u64,
@@ -241,6 +246,8 @@ pub struct Session {
     /// The ring of each process with an agent.
     ring_of_pid: HashMap<u32, PathBuf>,
     table: SharerTable,
+    /// Live program threads (agent helpers not counted) per process, in thread granularity.
+    threads_of_pid: HashMap<u32, u32>,
     owners: Option<PageOwners>,
     tasks: Vec<TaskInfo>,
     index: HashMap<u32, usize>,
@@ -275,6 +282,11 @@ const MAPS_MAX_AGE_NS: u64 = 500_000_000;
 const AGENT_MAPS_MAX_AGE_NS: u64 = 4_000_000_000;
 /// New agent rings (processes started) are looked for at most this often.
 const RING_SCAN_NS: u64 = 100_000_000;
+/// How long a fault on private memory keeps counting in the sharer table (see fault): ten
+/// times the agent's probe delay and focus period (50 ms), so that the faults the focus
+/// re-arming brings always meet; a uniform sample's previous fault on the same page, most
+/// likely tens of seconds old at the default rate, no longer does.
+const PRIVATE_HISTORY_MS: u32 = 4000;
 
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -371,6 +383,7 @@ impl Session {
             rings: HashMap::new(),
             ring_of_pid: HashMap::new(),
             table: SharerTable::new(cfg.table_slots),
+            threads_of_pid: HashMap::new(),
             owners: (cfg.page_owners > 0)
                 .then(|| PageOwners::new(perf::page_size() as u64, cfg.page_owners)),
             tasks: Vec::new(),
@@ -777,6 +790,11 @@ impl Session {
                     };
                     if let Some(&i) = self.index.get(&key) {
                         if self.granularity == Granularity::Thread || pid == tid {
+                            if !self.tasks[i].exited && !self.tasks[i].agent {
+                                if let Some(n) = self.threads_of_pid.get_mut(&pid) {
+                                    *n = n.saturating_sub(1);
+                                }
+                            }
                             self.tasks[i].exited = true;
                         }
                     }
@@ -903,6 +921,9 @@ impl Session {
             .map(|s| s.trim_end().to_string())
             .unwrap_or_else(|_| "?".into());
         let i = self.tasks.len();
+        if self.granularity == Granularity::Thread && comm != "huddle-agent" {
+            *self.threads_of_pid.entry(pid).or_insert(0) += 1;
+        }
         self.tasks.push(TaskInfo {
             tid: key,
             pid,
@@ -918,7 +939,7 @@ impl Session {
 
     /// The sharer-table key of a faulting address: shared mappings by (device, inode,
     /// offset) so that processes meet; everything else by (process, virtual address).
-    fn key(&mut self, pid: u32, addr: u64) -> u64 {
+    fn key(&mut self, pid: u32, addr: u64) -> (u64, bool) {
         let (now, generation) = (self.poll_ns, self.generation);
         // The agent's count of maps changes, looked up only once the cache is past 500 ms.
         let (rings, ring_of_pid) = (&self.rings, &self.ring_of_pid);
@@ -958,9 +979,12 @@ impl Session {
             hit = entry.vmas.as_deref().and_then(|v| procmaps::find(v, addr));
         }
         if let Some((dev, inode, off)) = hit.and_then(shared_key) {
-            return mix(mix(dev ^ 0x5348_4152_4544) ^ inode) ^ (off >> shift);
+            return (
+                mix(mix(dev ^ 0x5348_4152_4544) ^ inode) ^ (off >> shift),
+                true,
+            );
         }
-        mix(pid as u64 ^ 0x5052_4956) ^ (addr >> self.shift)
+        (mix(pid as u64 ^ 0x5052_4956) ^ (addr >> self.shift), false)
     }
 
     fn fault(&mut self, pid: u32, tid: u32, time: u64, addr: u64) -> bool {
@@ -973,11 +997,20 @@ impl Session {
         if let Some(o) = &mut self.owners {
             o.record(pid, addr, t32);
         }
-        let key = self.key(pid, addr);
+        let (key, shared) = self.key(pid, addr);
+        if !shared && self.single_threaded(pid) {
+            return true;
+        }
+        // Private memory is re-armed rarely, so a block's list would keep the task that first
+        // touched it (the master initialising every array) for the whole run; its accessors
+        // count for PRIVATE_HISTORY_MS. A shared mapping's page-cache pages are dropped and
+        // re-faulted by every process, so their history is kept, as in CDSM.
+        let now_ms = (time.saturating_sub(self.t0_ns) / 1_000_000).min(u32::MAX as u64) as u32;
+        let keep_ms = if shared { u32::MAX } else { PRIVATE_HISTORY_MS };
         let counts = &mut self.counts;
         let budget = &mut self.budget;
         let mut events = 0;
-        self.table.record(key, t32, |q| {
+        self.table.record_at(key, t32, now_ms, keep_ms, |q| {
             let q = q as usize;
             if let Some(b) = budget.as_mut() {
                 b.event(t, q);
@@ -993,6 +1026,17 @@ impl Session {
         });
         self.comm_events += events;
         true
+    }
+
+    /// Whether a fault of process `pid` on its private memory is to stay out of the sharer
+    /// table because the process has one thread (agent helpers aside): memory set up before
+    /// the program goes parallel (the master initialising every array, as most OpenMP and
+    /// Fortran codes do) says nothing about which threads use it later, and recorded it
+    /// would pair the master with every later fault on it. Counted in thread granularity
+    /// only: in process granularity private memory never pairs two tasks.
+    fn single_threaded(&self, pid: u32) -> bool {
+        self.granularity == Granularity::Thread
+            && self.threads_of_pid.get(&pid).is_some_and(|&n| n <= 1)
     }
 
     /// Whether each row is a thread or a whole process.
@@ -1100,6 +1144,9 @@ impl Session {
             s.agent_handled += h.handled.load(Relaxed);
             s.agent_errors += h.errors.load(Relaxed);
             s.candidate_pages += h.candidate_pages.load(Relaxed);
+            s.adopted_pages += h.adopted_pages.load(Relaxed);
+            s.focus_shared += h.focus_shared.load(Relaxed);
+            s.focus_rearms += h.focus_rearms.load(Relaxed);
             s.agent_cpu_s +=
                 (h.rearm_cpu_ns.load(Relaxed) + h.fault_cpu_ns.load(Relaxed)) as f64 / 1e9;
         }

@@ -3,7 +3,12 @@
 //! Fixed size, lossy, O(1) per event. `slots` entries (a power of two), each holding a
 //! block key and the last [`WAYS`] accessors in FIFO order (newest first, duplicates
 //! allowed, as in CDSM, so that a task that stopped using a block ages out after four
-//! newer faults). Memory: `slots * size_of::<Slot>()` bytes (24 B per slot), allocated once.
+//! newer faults). Memory: `slots * size_of::<Slot>()` bytes (40 B per slot), allocated once.
+//!
+//! Each accessor carries the time of its fault. A caller may ask that accessors older than
+//! some age make no event and leave the list: the agent re-arms a page rarely, so without
+//! it the initialising thread's first touches would stay in the list of every block and
+//! pair with each later fault for as long as the program runs (see Session::fault).
 //!
 //! Collision policy: direct-mapped. A block whose slot holds another block's key takes the
 //! slot over and starts with an empty list (the old block's history is dropped, counted
@@ -18,6 +23,8 @@ const EMPTY: u32 = u32::MAX;
 struct Slot {
     key: u64,
     tasks: [u32; WAYS],
+    /// When each accessor faulted (ms, the caller's clock).
+    seen: [u32; WAYS],
 }
 
 pub struct SharerTable {
@@ -47,6 +54,7 @@ impl SharerTable {
                 Slot {
                     key: 0,
                     tasks: [EMPTY; WAYS],
+                    seen: [0; WAYS],
                 };
                 n
             ],
@@ -68,7 +76,20 @@ impl SharerTable {
     /// Records a fault by `task` on the block with key `key`; calls `partner(q)` once for
     /// every distinct other task `q` in the block's list (a communication event t <-> q),
     /// then puts `task` at the front of the list, dropping the oldest entry if full.
-    pub fn record(&mut self, key: u64, task: u32, mut partner: impl FnMut(u32)) {
+    pub fn record(&mut self, key: u64, task: u32, partner: impl FnMut(u32)) {
+        self.record_at(key, task, 0, u32::MAX, partner)
+    }
+
+    /// [`SharerTable::record`] at time `now_ms`, where accessors that faulted more than
+    /// `keep_ms` before make no event and are dropped from the list.
+    pub fn record_at(
+        &mut self,
+        key: u64,
+        task: u32,
+        now_ms: u32,
+        keep_ms: u32,
+        mut partner: impl FnMut(u32),
+    ) {
         self.faults += 1;
         let slot = &mut self.slots[(mix(key) & self.mask) as usize];
         if slot.key != key || slot.tasks[0] == EMPTY {
@@ -79,13 +100,22 @@ impl SharerTable {
             slot.tasks = [EMPTY; WAYS];
         }
         for i in 0..WAYS {
+            // Newest first, so every entry from the first stale one on is stale too.
+            if slot.tasks[i] != EMPTY && now_ms.saturating_sub(slot.seen[i]) > keep_ms {
+                slot.tasks[i..].fill(EMPTY);
+                break;
+            }
+        }
+        for i in 0..WAYS {
             let q = slot.tasks[i];
             if q != EMPTY && q != task && !slot.tasks[..i].contains(&q) {
                 partner(q);
             }
         }
         slot.tasks.copy_within(0..WAYS - 1, 1);
+        slot.seen.copy_within(0..WAYS - 1, 1);
         slot.tasks[0] = task;
+        slot.seen[0] = now_ms;
     }
 
     /// The accessors of `key`, newest first (for tests and inspection).
@@ -154,6 +184,33 @@ mod tests {
     }
 
     #[test]
+    fn accessors_older_than_the_window_make_no_event_and_leave() {
+        let mut t = SharerTable::new(64);
+        let at = |t: &mut SharerTable, key, task, ms| {
+            let mut v = Vec::new();
+            t.record_at(key, task, ms, 500, |q| v.push(q));
+            v
+        };
+        at(&mut t, 5, 0, 100); // the master initialises the block
+        at(&mut t, 5, 1, 900); // the owner, 800 ms later: no event with the master
+        assert_eq!(t.accessors(5), vec![1]);
+        assert_eq!(
+            at(&mut t, 5, 2, 1000),
+            vec![1],
+            "within the window: an event"
+        );
+        assert_eq!(
+            at(&mut t, 5, 3, 1450),
+            vec![2],
+            "task 1 faulted 550 ms before"
+        );
+        assert_eq!(at(&mut t, 5, 4, 1450 + 501), Vec::<u32>::new());
+        // Without a window (record) old accessors stay, as in CDSM.
+        at(&mut t, 6, 0, 0);
+        assert_eq!(events(&mut t, 6, 1), vec![0]);
+    }
+
+    #[test]
     fn collision_takes_the_slot_over_and_counts_an_eviction() {
         let mut t = SharerTable::new(1); // every key shares the one slot
         events(&mut t, 10, 1);
@@ -174,11 +231,11 @@ mod tests {
     fn memory_is_bounded_by_slot_count() {
         let mut t = SharerTable::new(1000);
         assert_eq!(t.slots(), 1024);
-        assert_eq!(t.memory_bytes(), 1024 * 24);
+        assert_eq!(t.memory_bytes(), 1024 * 40);
         for k in 0..100_000u64 {
             events(&mut t, k, (k % 5) as u32);
         }
-        assert_eq!(t.memory_bytes(), 1024 * 24, "the table never grows");
+        assert_eq!(t.memory_bytes(), 1024 * 40, "the table never grows");
         assert_eq!(t.faults, 100_000);
     }
 

@@ -1,0 +1,418 @@
+//! Where the re-arm budget goes once a page is seen shared, or likely to be.
+//!
+//! A uniform sample re-arms each page rarely (at 1 % of the pages per second, once in 100 s),
+//! so a page two tasks share shows up as one fault now and the next one much later. So a
+//! private page that faults after being re-armed gets one follow-up probe PROBE_DELAY_NS
+//! later; when the probe's fault comes from another task the page is shared and is re-armed
+//! every FOCUS_PERIOD_NS while that lasts. A page the same task faults on again and again
+//! (SAME_TO_DEMOTE times), or that more than MAX_TIDS tasks touch (a flag or a barrier every
+//! task reads, whose faults only say who came first), or that is not touched again, leaves
+//! the table.
+//!
+//! Where only a few pages are shared, as in a halo exchange (a page or two at each edge of a
+//! task's block among thousands), a uniform sample would take seconds to hit one. But each
+//! fault also tells which task uses that page: the table remembers the last KNOWN such
+//! (page, task) pairs, and when two known pages not far apart belong to different tasks it
+//! probes the page half-way between them, until the two sides are neighbours. Those two
+//! pages, the edge between two tasks' data, are probed as above. A block edge is found in
+//! log2(distance) probes.
+//!
+//! The re-arm thread gives at most half of each tick's budget to due pages, the rest stays
+//! uniform. Pure bookkeeping (no system calls), under the agent's lock.
+
+pub const PROBE_DELAY_NS: u64 = 50_000_000;
+pub const FOCUS_PERIOD_NS: u64 = 50_000_000;
+/// A page re-armed but not touched within this time is forgotten.
+const UNTOUCHED_NS: u64 = 1_000_000_000;
+/// A page due this long ago and not re-armed yet (the budget went elsewhere) is dropped.
+const STALE_NS: u64 = 500_000_000;
+pub const ENTRIES: usize = 512;
+const MAX_TIDS: usize = 2;
+/// Pages whose last faulting task is remembered, how long, and the farthest two of them
+/// may be apart to be bisected.
+const KNOWN: usize = 1024;
+const KNOWN_MAX_AGE_NS: u64 = 10_000_000_000;
+const MAX_GAP: u64 = 1 << 30;
+/// The page across an edge is probed again after this long only.
+const EDGE_RECHECK_NS: u64 = 1_000_000_000;
+const PAGE: u64 = 4096;
+const SAME_TO_DEMOTE: u8 = 8;
+/// Probes of a page that one task faulted on before leave after this many faults by that
+/// task again: a page two tasks take turns on shows the other one within two probes three
+/// times in four.
+const PROBE_TRIES: u8 = 2;
+const MAX_PROBES: usize = ENTRIES / 8;
+/// Pages kept in focus per pair of tasks: every pair that shares gets re-armed about as
+/// often, instead of the first pair found taking the whole table (a pipeline's stages
+/// share thousands of pages each).
+const PER_PAIR: usize = 8;
+const MAX_STEPS: usize = ENTRIES / 4;
+
+#[derive(Clone, Copy, Default)]
+struct Entry {
+    /// Page address; 0 when the entry is free.
+    page: u64,
+    /// When to re-arm it next; while `armed`, when to give up waiting for its fault.
+    due: u64,
+    armed: bool,
+    /// The distinct tasks seen fault on it (none yet for a page half-way between two known
+    /// ones), and the last one.
+    tids: [u32; MAX_TIDS],
+    ntids: u8,
+    last: u32,
+    /// Faults in a row by `last`.
+    same: u8,
+}
+
+/// All-zero is an empty table (it lives in the agent's zeroed State mapping).
+pub struct Focus {
+    entries: [Entry; ENTRIES],
+    /// (page, task, when) of recent faults; page 0: free.
+    known: [(u64, u32, u64); KNOWN],
+    known_next: usize,
+    /// Pages seen shared (two tasks or more) so far, and re-arms given to due pages.
+    pub found_shared: u64,
+    pub rearms: u64,
+}
+
+impl Focus {
+    /// Task `tid` faulted at `now` on re-armed page `page`.
+    pub fn fault(&mut self, page: u64, tid: u32, now: u64) {
+        self.track(page, tid, now);
+        self.learn(page, tid, now);
+    }
+
+    fn track(&mut self, page: u64, tid: u32, now: u64) {
+        let Some(k) = self.entries.iter().position(|e| e.page == page) else {
+            // A uniform sample: probe it once more.
+            self.add(page, now + PROBE_DELAY_NS, Some(tid));
+            return;
+        };
+        let e = &mut self.entries[k];
+        e.armed = false;
+        e.due = now + FOCUS_PERIOD_NS;
+        if e.ntids == 0 {
+            // A bisection probe: from now on an ordinary one.
+            (e.tids[0], e.ntids, e.last) = (tid, 1, tid);
+            e.due = now + PROBE_DELAY_NS;
+        } else if tid == e.last {
+            e.same += 1;
+            if (e.ntids == 1 && e.same >= PROBE_TRIES) || e.same >= SAME_TO_DEMOTE {
+                e.page = 0;
+            }
+        } else {
+            e.same = 0;
+            e.last = tid;
+            if !e.tids[..e.ntids as usize].contains(&tid) {
+                if e.ntids as usize == MAX_TIDS {
+                    e.page = 0;
+                    return;
+                }
+                e.tids[e.ntids as usize] = tid;
+                e.ntids += 1;
+                self.found_shared += 1;
+                let pair = e.tids;
+                let same_pair = |e: &Entry| {
+                    e.page != 0 && e.ntids == 2 && (e.tids == pair || e.tids == [pair[1], pair[0]])
+                };
+                if self.entries.iter().filter(|e| same_pair(e)).count() > PER_PAIR {
+                    self.entries[k].page = 0;
+                }
+            }
+        }
+    }
+
+    /// Remembers that `tid` uses `page`; probes towards the edge with the nearest known
+    /// page on either side that another task uses.
+    fn learn(&mut self, page: u64, tid: u32, now: u64) {
+        let (mut below, mut above) = ((0u64, 0u32, 0u64), (u64::MAX, 0u32, 0u64));
+        let mut slot = None;
+        for (k, &(p, t, at)) in self.known.iter().enumerate() {
+            if p == 0 || now.saturating_sub(at) > KNOWN_MAX_AGE_NS {
+                continue;
+            }
+            if p == page {
+                slot = Some(k);
+            } else if p < page && p > below.0 {
+                below = (p, t, at);
+            } else if p > page && p < above.0 {
+                above = (p, t, at);
+            }
+        }
+        let k = slot.unwrap_or_else(|| {
+            self.known_next = (self.known_next + 1) % KNOWN;
+            self.known_next
+        });
+        self.known[k] = (page, tid, now);
+        for (q, t, at) in [below, above] {
+            if q == 0 || q == u64::MAX || t == tid {
+                continue;
+            }
+            let gap = q.abs_diff(page);
+            if gap == PAGE {
+                // The edge: the other side's page gets probed too, unless it just was (it
+                // is in the table then, or was found not shared: no ping-pong between them).
+                if now.saturating_sub(at) > EDGE_RECHECK_NS {
+                    self.add(q, now, None);
+                }
+            } else if gap <= MAX_GAP {
+                let mid = (q.min(page) + gap / 2) & !(PAGE - 1);
+                self.add(mid, now, None);
+            }
+        }
+    }
+
+    /// A new entry for `page` due at `due` (nothing when the page has one or the table is
+    /// full). Probes of single samples (`tid` given) and bisection steps are bounded, so that
+    /// pages found shared keep most of the table and the budget is not spent on waiting
+    /// lists: at the steady 75 pages/s, 64 probes are under a second's work.
+    fn add(&mut self, page: u64, due: u64, tid: Option<u32>) {
+        if self.entries.iter().any(|e| e.page == page) {
+            return;
+        }
+        let kind = tid.is_some() as u8;
+        let same_kind = self
+            .entries
+            .iter()
+            .filter(|e| e.page != 0 && e.ntids == kind)
+            .count();
+        if same_kind >= if tid.is_some() { MAX_PROBES } else { MAX_STEPS } {
+            return;
+        }
+        if let Some(e) = self.entries.iter_mut().find(|e| e.page == 0) {
+            *e = Entry {
+                page,
+                due,
+                armed: false,
+                tids: [tid.unwrap_or(0), 0],
+                ntids: tid.is_some() as u8,
+                last: tid.unwrap_or(0),
+                same: 0,
+            };
+        }
+    }
+
+    /// Fills `out` with the pages due at `now`, longest due first (marking them armed), and
+    /// returns how many. Forgets pages armed earlier and never touched since, and probes and
+    /// bisection steps due for over STALE_NS that the budget never reached. (Serving pages
+    /// found shared first starved the search: a pipeline's first pair found kept the budget
+    /// and the other pairs were never found, r 0.5 at 8 threads against 0.88 in turn.)
+    pub fn take_due(&mut self, now: u64, out: &mut [u64]) -> usize {
+        let mut due = [(0u64, 0u16); ENTRIES];
+        let mut ndue = 0;
+        for (k, e) in self.entries.iter_mut().enumerate() {
+            if e.page == 0 || e.due > now {
+                continue;
+            }
+            if e.armed || (e.ntids < 2 && now - e.due > STALE_NS) {
+                e.page = 0;
+            } else {
+                due[ndue] = (e.due, k as u16);
+                ndue += 1;
+            }
+        }
+        let n = ndue.min(out.len());
+        if n < ndue {
+            due[..ndue].select_nth_unstable(n);
+        }
+        for (slot, &(_, k)) in out.iter_mut().zip(&due[..n]) {
+            let e = &mut self.entries[k as usize];
+            *slot = e.page;
+            e.armed = true;
+            e.due = now + UNTOUCHED_NS;
+        }
+        self.rearms += n as u64;
+        n
+    }
+
+    /// The page was not re-armed after all (taken out by the program, no free slot): it is
+    /// due again at the next tick.
+    pub fn not_armed(&mut self, page: u64, now: u64) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.page == page) {
+            e.armed = false;
+            e.due = now;
+        }
+    }
+
+    /// The program unmapped, moved or discarded [start, end).
+    pub fn forget(&mut self, start: u64, end: u64) {
+        for e in self.entries.iter_mut() {
+            if start <= e.page && e.page < end {
+                e.page = 0;
+            }
+        }
+        for k in self.known.iter_mut() {
+            if start <= k.0 && k.0 < end {
+                k.0 = 0;
+            }
+        }
+    }
+
+    /// Pages in the table (probes and shared ones).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.iter().filter(|e| e.page != 0).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Box<Focus> {
+        Box::new(Focus {
+            entries: [Entry::default(); ENTRIES],
+            known: [(0, 0, 0); KNOWN],
+            known_next: 0,
+            found_shared: 0,
+            rearms: 0,
+        })
+    }
+
+    fn due(f: &mut Focus, now: u64) -> Vec<u64> {
+        let mut out = [0; 16];
+        let n = f.take_due(now, &mut out);
+        out[..n].to_vec()
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_sample_is_probed_and_a_private_page_leaves() {
+        let mut f = table();
+        f.fault(0x1000, 7, 0);
+        assert!(
+            due(&mut f, 10 * MS).is_empty(),
+            "not before the probe delay"
+        );
+        assert_eq!(due(&mut f, 50 * MS), [0x1000]);
+        assert!(due(&mut f, 60 * MS).is_empty(), "armed: not taken twice");
+        f.fault(0x1000, 7, 70 * MS); // the same task again
+        assert_eq!(due(&mut f, 120 * MS), [0x1000], "a second try");
+        f.fault(0x1000, 7, 130 * MS);
+        assert_eq!(f.len(), 0, "PROBE_TRIES faults by the one task: not shared");
+        assert_eq!(f.found_shared, 0);
+    }
+
+    #[test]
+    fn a_shared_page_is_re_armed_every_period_until_one_task_keeps_it() {
+        let mut f = table();
+        f.fault(0x2000, 1, 0);
+        assert_eq!(due(&mut f, 50 * MS), [0x2000]);
+        f.fault(0x2000, 2, 60 * MS);
+        assert_eq!(f.found_shared, 1);
+        for k in 0..10u64 {
+            let t = 110 * MS + k * 50 * MS;
+            assert_eq!(due(&mut f, t), [0x2000], "period {k}");
+            f.fault(0x2000, 1 + (k % 2) as u32, t);
+        }
+        // Task 1 alone from now on: demoted after SAME_TO_DEMOTE faults in a row.
+        let mut t = 700 * MS;
+        for _ in 0..=SAME_TO_DEMOTE {
+            assert_eq!(due(&mut f, t), [0x2000]);
+            f.fault(0x2000, 1, t);
+            t += 50 * MS;
+        }
+        assert_eq!(f.len(), 0);
+    }
+
+    #[test]
+    fn barrier_pages_and_untouched_pages_leave() {
+        let mut f = table();
+        f.fault(0x3000, 1, 0);
+        assert_eq!(due(&mut f, 50 * MS), [0x3000]);
+        f.fault(0x3000, 2, 50 * MS);
+        assert_eq!(due(&mut f, 100 * MS), [0x3000]);
+        f.fault(0x3000, 3, 100 * MS);
+        assert_eq!(f.len(), 0, "a third task: a flag or barrier page");
+        let mut g = table();
+        g.fault(0x4000, 1, 0);
+        assert_eq!(due(&mut g, 50 * MS), [0x4000]);
+        assert!(due(&mut g, 500 * MS).is_empty());
+        assert!(
+            due(&mut g, 1100 * MS).is_empty(),
+            "armed and untouched for 1 s: forgotten"
+        );
+        assert_eq!(g.len(), 0);
+    }
+
+    #[test]
+    fn bisection_finds_the_edge_between_two_tasks_blocks() {
+        // Task 1 uses the pages below page 70, task 2 the ones from 70 on.
+        let owner = |page: u64| if page >> 12 < 70 { 1 } else { 2 };
+        let mut f = table();
+        let mut t = 0;
+        f.fault(16 << 12, 1, t);
+        f.fault(80 << 12, 2, t);
+        let mut probed = Vec::new();
+        for _ in 0..12 {
+            t += MS;
+            for page in due(&mut f, t) {
+                probed.push(page >> 12);
+                f.fault(page, owner(page), t);
+            }
+        }
+        assert_eq!(&probed[..3], [48, 64, 72], "half-way each time");
+        assert!(
+            probed.contains(&69) && probed.contains(&70),
+            "the edge: {probed:?}"
+        );
+        assert!(
+            probed.len() <= 10,
+            "log2(64) steps and the edge: {probed:?}"
+        );
+        // Known pages of the same task: nothing to bisect.
+        let mut g = table();
+        g.fault(16 << 12, 1, 0);
+        g.fault(80 << 12, 1, 0);
+        assert!(due(&mut g, MS).is_empty());
+    }
+
+    #[test]
+    fn forget_and_not_armed() {
+        let mut f = table();
+        for p in 1..=4u64 {
+            f.fault(p << 12, 1, 0);
+        }
+        f.forget(0x2000, 0x4000);
+        assert_eq!(f.len(), 2);
+        let mut out = [0; 1];
+        assert_eq!(
+            f.take_due(50 * MS, &mut out),
+            1,
+            "bounded by the room given"
+        );
+        f.not_armed(out[0], 50 * MS);
+        assert_eq!(due(&mut f, 50 * MS).len(), 2);
+    }
+
+    #[test]
+    fn probes_and_pairs_are_bounded() {
+        let mut f = table();
+        for p in 1..=(ENTRIES as u64) {
+            f.fault(p << 12, 1, 0);
+        }
+        assert_eq!(f.len(), MAX_PROBES, "probes of single samples");
+        // Pages tasks 1 and 2 take turns on: PER_PAIR of them stay in focus.
+        let mut g = table();
+        let pages: Vec<u64> = (0..PER_PAIR as u64 + 5)
+            .map(|p| (p * 16 + 1000) << 12)
+            .collect();
+        for &p in &pages {
+            g.fault(p, 1, 0);
+        }
+        let mut out = [0u64; ENTRIES];
+        let n = g.take_due(50 * MS, &mut out);
+        assert_eq!(n, pages.len());
+        for &p in &out[..n] {
+            g.fault(p, 2, 50 * MS);
+        }
+        assert_eq!(g.found_shared, pages.len() as u64);
+        let kept = g
+            .entries
+            .iter()
+            .filter(|e| e.page != 0 && e.ntids == 2)
+            .count();
+        assert_eq!(kept, PER_PAIR);
+    }
+}

@@ -1,0 +1,299 @@
+//! Lines of /proc/self/maps, and which mappings the agent may re-arm or adopt. Pure: no
+//! system calls, so that the rules are unit-tested.
+
+/// One line of /proc/self/maps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mapping<'a> {
+    pub start: u64,
+    pub end: u64,
+    pub read: bool,
+    pub write: bool,
+    pub exec: bool,
+    pub shared: bool,
+    /// Backed by a file (inode not 0).
+    pub file: bool,
+    /// The path column: a file, `[heap]`, `[stack]`, `[anon:name]`, or empty.
+    pub path: &'a [u8],
+}
+
+/// Parses `start-end perms offset dev inode [path]`; None for anything else.
+pub fn parse(line: &[u8]) -> Option<Mapping<'_>> {
+    let mut fields = line.split(|&c| c == b' ').filter(|f| !f.is_empty());
+    let (range, perms, _offset, _dev, inode) = (
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+    );
+    // The path is the rest of the line after the inode (it may hold spaces).
+    let path = match fields.next() {
+        Some(first) => {
+            let at = first.as_ptr() as usize - line.as_ptr() as usize;
+            &line[at..]
+        }
+        None => b"",
+    };
+    let dash = range.iter().position(|&c| c == b'-')?;
+    let (start, end) = (parse_hex(&range[..dash])?, parse_hex(&range[dash + 1..])?);
+    if perms.len() < 4 || start >= end || inode.iter().any(|c| !c.is_ascii_digit()) {
+        return None;
+    }
+    Some(Mapping {
+        start,
+        end,
+        read: perms[0] == b'r',
+        write: perms[1] == b'w',
+        exec: perms[2] == b'x',
+        shared: perms[3] == b's',
+        file: inode != b"0",
+        path,
+    })
+}
+
+/// Hexadecimal without a prefix, at most 16 digits.
+pub fn parse_hex(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    s.iter().try_fold(0u64, |v, &c| {
+        let d = (c as char).to_digit(16)?;
+        Some(v << 4 | d as u64)
+    })
+}
+
+/// Objects whose writable data the agent's own helper threads use: the dynamic loader (lazy
+/// binding), the C library (system call wrappers, errno, its locks) and the agent itself. A
+/// helper that faulted on one of their pages while it was out would wait for itself.
+pub fn agent_critical(path: &[u8]) -> bool {
+    let base = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+    [
+        &b"ld-linux"[..],
+        b"ld-",
+        b"libc.so",
+        b"libc-",
+        b"libpthread",
+        b"libdl",
+        b"libhuddle_agent",
+    ]
+    .iter()
+    .any(|p| base.starts_with(p))
+}
+
+/// How the agent's own mappings are named (PR_SET_VMA_ANON_NAME): never the program's.
+pub const OWN_NAME: &[u8] = b"[anon:huddle-agent]";
+
+/// How a mapping may be re-armed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Use {
+    /// MAP_SHARED file, shmem or /dev/zero: drop the PTEs (the data stays in the page cache).
+    Shared,
+    /// Private anonymous memory: taken out through the userfaultfd.
+    Private,
+    /// Never re-armed.
+    Never,
+}
+
+/// Classifies the lines of one maps text in order: whether an anonymous mapping is the
+/// `.bss` of a critical object depends on the mapping before it.
+#[derive(Default)]
+pub struct Classifier {
+    prev_end: u64,
+    prev_critical_file: bool,
+}
+
+impl Classifier {
+    /// `private_ok`: the agent has a userfaultfd (and the program has not taken over).
+    pub fn classify(&mut self, m: &Mapping, private_ok: bool) -> Use {
+        // .bss (and .lbss, Fortran COMMON) is the anonymous mapping right after an object's
+        // last file mapping; only that of a critical object stays out.
+        let critical_bss = m.start == self.prev_end && self.prev_critical_file;
+        self.prev_end = m.end;
+        self.prev_critical_file = m.file && agent_critical(m.path);
+        if !m.read || !m.write || m.exec {
+            return Use::Never;
+        }
+        if m.shared {
+            // Files, shmem, /dev/zero; never device memory.
+            let device = m.path.starts_with(b"/dev/")
+                && !m.path.starts_with(b"/dev/zero")
+                && !m.path.starts_with(b"/dev/shm/");
+            return if device { Use::Never } else { Use::Shared };
+        }
+        // Anonymous: no path, the heap, or a name given with PR_SET_VMA_ANON_NAME. Not
+        // [stack] (grows down, and a fault below it must extend it, not reach us) nor
+        // [vvar]/[vdso] and the like.
+        let anon = !m.file
+            && (m.path.is_empty() || m.path == b"[heap]" || m.path.starts_with(b"[anon:"))
+            && !m.path.starts_with(OWN_NAME);
+        if private_ok && anon && !critical_bss {
+            Use::Private
+        } else {
+            Use::Never
+        }
+    }
+}
+
+/// Largest file-backed private mapping the agent copies into anonymous memory at start.
+pub const ADOPT_MAX: u64 = 64 << 20;
+
+/// Whether a file-backed private writable mapping (an object's `.data`, a MAP_PRIVATE file)
+/// is to be replaced by an anonymous copy at start, so that the userfaultfd, which takes
+/// anonymous memory only, can re-arm it.
+pub fn adoptable(m: &Mapping) -> bool {
+    m.file
+        && m.read
+        && m.write
+        && !m.exec
+        && !m.shared
+        && m.end - m.start <= ADOPT_MAX
+        && !m.path.starts_with(b"/dev/")
+        && !agent_critical(m.path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify_all(text: &str, private_ok: bool) -> Vec<Use> {
+        let mut c = Classifier::default();
+        text.lines()
+            .map(|l| c.classify(&parse(l.as_bytes()).unwrap(), private_ok))
+            .collect()
+    }
+
+    #[test]
+    fn parses_a_line_with_a_path_holding_spaces() {
+        let m =
+            parse(b"7f00a000-7f00c000 rw-p 00002000 08:01 1234   /opt/my app/lib x.so").unwrap();
+        assert_eq!((m.start, m.end), (0x7f00a000, 0x7f00c000));
+        assert!(m.read && m.write && !m.exec && !m.shared && m.file);
+        assert_eq!(m.path, b"/opt/my app/lib x.so");
+        let a = parse(b"55d0c000-55d2d000 rw-p 00000000 00:00 0").unwrap();
+        assert!(!a.file && a.path.is_empty());
+    }
+
+    #[test]
+    fn rejects_malformed_lines() {
+        for bad in [
+            "",
+            "garbage",
+            "7f00a000 rw-p 0 08:01 1",
+            "7f00c000-7f00a000 rw-p 0 08:01 1",
+            "7f00a000-7f00c000 rw 0 08:01 1",
+            "7f00a000-7f00cxyz rw-p 0 08:01 1",
+            "7f00a000-7f00c000 rw-p 0 08:01",
+            "7f00a000-7f00c000 rw-p 0 08:01 12a",
+            "11112222333344445-7f00c000 rw-p 0 08:01 1",
+        ] {
+            assert_eq!(parse(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn program_bss_is_eligible_and_libc_bss_is_not() {
+        // An executable's .data and .bss, libc's .data and .bss, the heap, a thread stack,
+        // an anonymous mapping right after a library that is not critical (libgomp's .bss).
+        let maps = "\
+55e000001000-55e000002000 rw-p 00003000 08:01 100 /usr/bin/solver
+55e000002000-55e003004000 rw-p 00000000 00:00 0
+55e004000000-55e004100000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000003000 rw-p 001d5000 08:01 200 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000003000-7f0000010000 rw-p 00000000 00:00 0
+7f0000020000-7f0000021000 rw-p 00030000 08:01 300 /usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0
+7f0000021000-7f0000022000 rw-p 00000000 00:00 0
+7f0000030000-7f0000031000 ---p 00000000 00:00 0
+7f0000031000-7f0000131000 rw-p 00000000 00:00 0
+7f0000200000-7f0000201000 rw-p 00010000 08:01 400 /work/target/release/libhuddle_agent.so
+7f0000201000-7f0000202000 rw-p 00000000 00:00 0
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+7ffd00030000-7ffd00032000 r--p 00000000 00:00 0 [vvar]
+7ffd00040000-7ffd00042000 rw-p 00000000 00:00 0 [anon:huddle-agent]
+7ffd00050000-7ffd00052000 rw-p 00000000 00:00 0 [anon:lammps pool]
+";
+        use Use::*;
+        assert_eq!(
+            classify_all(maps, true),
+            [
+                Never, Private, Private, Never, Never, Never, Private, Never, Private, Never,
+                Never, Never, Never, Never, Private
+            ]
+        );
+        // Without a userfaultfd nothing private is.
+        assert!(classify_all(maps, false).iter().all(|&u| u == Never));
+    }
+
+    #[test]
+    fn shared_mappings_but_not_devices() {
+        let maps = "\
+7f0000000000-7f0000100000 rw-s 00000000 00:05 77 /dev/shm/psm_shm.1
+7f0000100000-7f0000200000 rw-s 00000000 00:01 78 /dev/zero (deleted)
+7f0000200000-7f0000300000 rw-s 00000000 00:05 79 /SYSV00000000 (deleted)
+7f0000300000-7f0000400000 rw-s 10000000 00:05 80 /dev/dri/card0
+7f0000400000-7f0000500000 r--s 00000000 08:01 81 /data/input.bin
+";
+        use Use::*;
+        assert_eq!(
+            classify_all(maps, false),
+            [Shared, Shared, Shared, Never, Never]
+        );
+    }
+
+    #[test]
+    fn adopts_program_data_but_not_critical_objects() {
+        let ok = |l: &str| adoptable(&parse(l.as_bytes()).unwrap());
+        assert!(ok(
+            "55e000001000-55e000002000 rw-p 00003000 08:01 100 /usr/bin/solver"
+        ));
+        assert!(ok(
+            "7f0000020000-7f0000021000 rw-p 00030000 08:01 300 /usr/lib/libgfortran.so.5"
+        ));
+        assert!(!ok(
+            "7f0000000000-7f0000003000 rw-p 001d5000 08:01 200 /usr/lib/x86_64-linux-gnu/libc.so.6"
+        ));
+        assert!(!ok(
+            "7f0000000000-7f0000003000 rw-p 00030000 08:01 200 /usr/lib64/ld-linux-x86-64.so.2"
+        ));
+        assert!(!ok(
+            "7f0000000000-7f0000003000 rw-p 00030000 08:01 200 /x/libhuddle_agent.so"
+        ));
+        // Not writable, shared, anonymous, executable, a device, or too large.
+        assert!(!ok(
+            "55e000001000-55e000002000 r--p 00003000 08:01 100 /usr/bin/solver"
+        ));
+        assert!(!ok(
+            "55e000001000-55e000002000 rw-s 00003000 08:01 100 /data/f"
+        ));
+        assert!(!ok("55e000001000-55e000002000 rw-p 00000000 00:00 0"));
+        assert!(!ok(
+            "55e000001000-55e000002000 rwxp 00003000 08:01 100 /usr/bin/jit"
+        ));
+        assert!(!ok(
+            "55e000001000-55e000002000 rw-p 00000000 00:06 5 /dev/mem"
+        ));
+        assert!(!ok(
+            "7f0000000000-7f0080000000 rw-p 00000000 08:01 9 /data/big.bin"
+        ));
+    }
+
+    #[test]
+    fn critical_names() {
+        for p in [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib64/ld-linux-x86-64.so.2",
+            "libc-2.31.so",
+            "/usr/lib/libpthread.so.0",
+            "/a/libhuddle_agent.so",
+        ] {
+            assert!(agent_critical(p.as_bytes()), "{p}");
+        }
+        for p in [
+            "/usr/lib/libgomp.so.1",
+            "/usr/lib/libcrypto.so.3",
+            "/usr/bin/lammps",
+            "/usr/lib/libmpi.so.40",
+        ] {
+            assert!(!agent_critical(p.as_bytes()), "{p}");
+        }
+    }
+}
