@@ -41,11 +41,19 @@
 //!   is put back before fork (pthread_atfork), and EAGAIN from the kernel is retried, never
 //!   treated as done. crates/cli/tests/agent_torture.c checks all of this on both paths.
 //!
-//! Never re-armed: code and read-only mappings, file-backed private mappings (library data),
-//! anonymous memory right after a file mapping (a .bss), thread stacks (mappings right above
-//! a guard page) and [stack], device mappings, the agent's own memory, and any memory once
-//! the program registers a userfaultfd range itself (`ioctl` is interposed: the agent
+//! Static data is re-armed like the heap: a `.bss` (and `.lbss`, Fortran COMMON) is the
+//! anonymous mapping right after its object's file mappings, and an object's `.data` is
+//! adopted at start (see the adopt module: replaced by an anonymous copy while the process
+//! has one thread). Never re-armed: code and read-only mappings, the data and `.bss` of the
+//! dynamic loader, the C library and the agent itself (the helper threads use them; see
+//! maps::agent_critical), `.data` of libraries loaded later and files the program maps
+//! MAP_PRIVATE itself, [stack], device mappings, the agent's own memory, and any memory
+//! once the program registers a userfaultfd range itself (`ioctl` is interposed: the agent
 //! unregisters everything and steps back before the program's call proceeds).
+//!
+//! Where the budget goes: up to three quarters of each tick's pages go to the focus table
+//! (the focus module: a probe after each sampled fault, pages two tasks take turns on, and a
+//! bisection towards the edge between two tasks' data), the rest to a uniform sample.
 //!
 //! Thread stacks are eligible: glibc stacks are anonymous mappings that the kernel merges
 //! with neighbouring anonymous memory, so they cannot be told apart reliably, and a

@@ -282,10 +282,11 @@ const MAPS_MAX_AGE_NS: u64 = 500_000_000;
 const AGENT_MAPS_MAX_AGE_NS: u64 = 4_000_000_000;
 /// New agent rings (processes started) are looked for at most this often.
 const RING_SCAN_NS: u64 = 100_000_000;
-/// How long a fault on private memory keeps counting in the sharer table (see fault): ten
-/// times the agent's probe delay and focus period (50 ms), so that the faults the focus
-/// re-arming brings always meet; a uniform sample's previous fault on the same page, most
-/// likely tens of seconds old at the default rate, no longer does.
+/// How long a fault on private memory keeps counting in the sharer table (see fault). The
+/// agent's focus re-arms a shared page every 50 ms to a few hundred ms (more pages than the
+/// budget serves wait their turn); a uniform sample's previous fault on the same page is most
+/// likely tens of seconds old at the default rate, from another phase of the program. 500 ms
+/// lost most focus events when many pages waited (pipeline, 8 threads).
 const PRIVATE_HISTORY_MS: u32 = 4000;
 
 fn monotonic_ns() -> u64 {
@@ -1001,10 +1002,9 @@ impl Session {
         if !shared && self.single_threaded(pid) {
             return true;
         }
-        // Private memory is re-armed rarely, so a block's list would keep the task that first
-        // touched it (the master initialising every array) for the whole run; its accessors
-        // count for PRIVATE_HISTORY_MS. A shared mapping's page-cache pages are dropped and
-        // re-faulted by every process, so their history is kept, as in CDSM.
+        // Private memory: faults made before the program went parallel stay out, and
+        // accessors count for PRIVATE_HISTORY_MS. A shared mapping's page-cache pages are
+        // dropped and re-faulted by every process, so their history is kept, as in CDSM.
         let now_ms = (time.saturating_sub(self.t0_ns) / 1_000_000).min(u32::MAX as u64) as u32;
         let keep_ms = if shared { u32::MAX } else { PRIVATE_HISTORY_MS };
         let counts = &mut self.counts;
