@@ -2,12 +2,12 @@
 //!
 //! A uniform sample re-arms each page rarely (at 1 % of the pages per second, once in 100 s),
 //! so a page two tasks share shows up as one fault now and the next one much later. So a
-//! private page that faults after being re-armed gets one follow-up probe PROBE_DELAY_NS
-//! later; when the probe's fault comes from another task the page is shared and is re-armed
-//! every FOCUS_PERIOD_NS while that lasts. A page the same task faults on again and again
-//! (SAME_TO_DEMOTE times), or that more than MAX_TIDS tasks touch (a flag or a barrier every
-//! task reads, whose faults only say who came first), or that is not touched again, leaves
-//! the table.
+//! private page that faults after being re-armed is probed again PROBE_DELAY_NS later (up
+//! to PROBE_TRIES times); when a probe's fault comes from another task the page is shared
+//! and is re-armed every FOCUS_PERIOD_NS while that lasts. A page the same task faults on
+//! again and again (SAME_TO_DEMOTE times), or that more than MAX_TIDS tasks touch (a flag or
+//! a barrier every task reads, whose faults only say who came first), or that is not touched
+//! again, leaves the table.
 //!
 //! Where only a few pages are shared, as in a halo exchange (a page or two at each edge of a
 //! task's block among thousands), a uniform sample would take seconds to hit one. But each
