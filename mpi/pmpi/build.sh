@@ -17,6 +17,20 @@ for impl in openmpi mpich; do
   for t in traffic nofinalize crash timesplit; do
     "$cc" "${flags[@]}" -o "$out/$impl/$t" "$root/mpi/pmpi/tests/$t.c"
   done
+  # The Fortran traffic test once per Fortran binding (mpif.h, use mpi, use mpi_f08).
+  # -fallow-argument-mismatch: mpif.h and `use mpi` declare no buffer types, as in the real
+  # codes built with gfortran >= 10 (-w: its warning per call says only that).
+  fc=mpif90.$impl
+  if command -v "$fc" >/dev/null 2>&1; then
+    for b in mpifh mpi f08; do
+      mkdir -p "$out/$impl/mod-$b"
+      fflags=(-O2 -g -cpp "-DBIND_${b^^}" -J "$out/$impl/mod-$b")
+      [ $b = f08 ] || fflags+=(-fallow-argument-mismatch -w)
+      "$fc" "${fflags[@]}" -o "$out/$impl/traffic-f-$b" "$root/mpi/pmpi/tests/traffic.F90"
+    done
+  else
+    echo "pmpi: $fc not found: the Fortran traffic tests of $impl were not built (install gfortran)" >&2
+  fi
   for src in "$root"/bench/pmpi/*.c "$root"/bench/simmer/*.c; do
     [ -e "$src" ] || continue
     "$cc" "${flags[@]}" -I"$(dirname "$src")" -o "$out/$impl/$(basename "$src" .c)" "$src" -lm

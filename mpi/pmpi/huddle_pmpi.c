@@ -7,10 +7,17 @@
  * matrix (bytes sent, row = sender) in huddle's CSV format.
  *
  * Built once per MPI implementation (the ABI differs): build/mpi/<impl>/libhuddle_pmpi.so.
- * Assumes one thread calls MPI at a time for the time split; byte counts are atomic. */
+ * Assumes one thread calls MPI at a time for the time split; byte counts are atomic.
+ *
+ * Every wrapper answers to both names, MPI_X and PMPI_X, and calls the MPI library's own
+ * PMPI_X, found below this library with dlsym(RTLD_NEXT). The PMPI_X name is what sees
+ * Fortran: Open MPI's Fortran bindings (mpif.h, use mpi, use mpi_f08) call PMPI_Send and
+ * the like directly, below the MPI_ names, while MPICH's call MPI_Send. A call that passes
+ * through two wrappers (a binding's MPI_Send into our PMPI_Send) is counted once: `depth`. */
 #define _GNU_SOURCE
 #include <mpi.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
@@ -28,6 +35,35 @@
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
+
+/* ---- the MPI library's own entry points ---- */
+static void *resolve(const char *name)
+{
+    void *fn = dlsym(RTLD_NEXT, name);
+    if (!fn) {
+        /* Only reached from an MPI call, so an MPI library is loaded: it is not the one the
+         * agent was built for. Nothing sensible can be returned to the program. */
+        fprintf(stderr, "huddle-pmpi: %s not found below the agent (%s): is this the MPI it was built for?\n", name,
+                dlerror());
+        abort();
+    }
+    return fn;
+}
+
+/* REAL(Send) is the library's PMPI_Send, looked up at the first call of each site. */
+#define REAL(NAME)                                                                                        \
+    (__extension__({                                                                                      \
+        static __typeof__(PMPI_##NAME) *fn_;                                                              \
+        __typeof__(PMPI_##NAME) *f_ = __atomic_load_n(&fn_, __ATOMIC_RELAXED);                            \
+        if (!f_) {                                                                                        \
+            f_ = (__typeof__(PMPI_##NAME) *)resolve("PMPI_" #NAME);                                       \
+            __atomic_store_n(&fn_, f_, __ATOMIC_RELAXED);                                                 \
+        }                                                                                                 \
+        f_;                                                                                               \
+    }))
+
+/* The wrapper MPI_NAME also answers to PMPI_NAME (the calls of Open MPI's Fortran bindings). */
+#define ALSO_PMPI(NAME) __typeof__(MPI_##NAME) PMPI_##NAME __attribute__((alias("MPI_" #NAME)));
 
 /* ---- board layout (keep in sync with docs/pmpi.md and crates/simmer/src/board.rs) ---- */
 #define BOARD_MAGIC 0x4452414f42445548ULL /* "HUDBOARD" read as a little-endian u64 */
@@ -516,7 +552,7 @@ static void after_init(int provided)
         clock_gettime(CLOCK_REALTIME, &ts);
         stamp = ((uint64_t)getpid() << 40) ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec;
     }
-    PMPI_Bcast(&stamp, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    REAL(Bcast)(&stamp, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     board_open(stamp);
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, cinfo_delete, &g.keyval, NULL);
     cache_open();
@@ -527,17 +563,19 @@ static void after_init(int provided)
 
 int MPI_Init(int *argc, char ***argv)
 {
-    int rc = PMPI_Init(argc, argv);
+    int rc = REAL(Init)(argc, argv);
     if (rc == MPI_SUCCESS) after_init(MPI_THREAD_SINGLE);
     return rc;
 }
+ALSO_PMPI(Init)
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 {
-    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    int rc = REAL(Init_thread)(argc, argv, required, provided);
     if (rc == MPI_SUCCESS) after_init(*provided);
     return rc;
 }
+ALSO_PMPI(Init_thread)
 
 /* Rank 0 gathers every row and writes the CSV atomically (temporary file, then rename). */
 static void write_rank_matrix(void)
@@ -550,12 +588,12 @@ static void write_rank_matrix(void)
         ready = all != NULL;
     }
     /* Rank 0 says first whether it can take the rows, so that no rank waits in vain. */
-    PMPI_Bcast(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    REAL(Bcast)(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!ready) {
         if (g.rank == 0) fprintf(stderr, "huddle-pmpi: no memory to gather the %dx%d rank matrix\n", n, n);
         return;
     }
-    PMPI_Gather(g.bytes_to, n, MPI_UINT64_T, all, n, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    REAL(Gather)(g.bytes_to, n, MPI_UINT64_T, all, n, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     if (g.rank != 0) return;
     const char *env = getenv("HUDDLE_RANK_MATRIX");
     char path[4200];
@@ -605,7 +643,7 @@ int MPI_Finalize(void)
             if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
                 int nr = 0;
                 PMPI_Comm_rank(node, &nr);
-                PMPI_Barrier(node);
+                REAL(Barrier)(node);
                 if (nr == 0) unlink(g.board_path);
                 PMPI_Comm_free(&node);
             }
@@ -614,268 +652,291 @@ int MPI_Finalize(void)
         if (g.perf_fd >= 0) close(g.perf_fd);
         g.perf_fd = -1;
     }
-    return PMPI_Finalize();
+    return REAL(Finalize)();
 }
+ALSO_PMPI(Finalize)
 
 /* ---- point-to-point ---- */
-#define BLOCKING_SEND(NAME)                                                                            \
-    int NAME(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm c)                 \
-    {                                                                                                  \
-        uint64_t t0 = enter();                                                                         \
-        int rc = P##NAME(buf, count, t, dest, tag, c);                                                 \
-        depth--;                                                                                       \
-        if (rc == MPI_SUCCESS) count_send(dest, count, t, c);                                          \
-        depth++;                                                                                       \
-        leave(t0);                                                                                     \
-        return rc;                                                                                     \
-    }
-BLOCKING_SEND(MPI_Send)
-BLOCKING_SEND(MPI_Ssend)
-BLOCKING_SEND(MPI_Bsend)
-BLOCKING_SEND(MPI_Rsend)
+#define BLOCKING_SEND(NAME)                                                                   \
+    int MPI_##NAME(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm c) \
+    {                                                                                         \
+        uint64_t t0 = enter();                                                                \
+        int rc = REAL(NAME)(buf, count, t, dest, tag, c);                                     \
+        depth--;                                                                              \
+        if (rc == MPI_SUCCESS) count_send(dest, count, t, c);                                 \
+        depth++;                                                                              \
+        leave(t0);                                                                            \
+        return rc;                                                                            \
+    }                                                                                         \
+    ALSO_PMPI(NAME)
+BLOCKING_SEND(Send)
+BLOCKING_SEND(Ssend)
+BLOCKING_SEND(Bsend)
+BLOCKING_SEND(Rsend)
 
-#define NONBLOCKING_SEND(NAME)                                                                         \
-    int NAME(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm c, MPI_Request *r) \
-    {                                                                                                  \
-        int outer = depth == 0;                                                                        \
-        depth++;                                                                                       \
-        int rc = P##NAME(buf, count, t, dest, tag, c, r);                                              \
-        depth--;                                                                                       \
-        if (rc == MPI_SUCCESS && outer && g.active) {                                                  \
-            count_send(dest, count, t, c);                                                             \
-            pending_add(*r);                                                                           \
-        }                                                                                              \
-        return rc;                                                                                     \
-    }
-NONBLOCKING_SEND(MPI_Isend)
-NONBLOCKING_SEND(MPI_Issend)
-NONBLOCKING_SEND(MPI_Ibsend)
-NONBLOCKING_SEND(MPI_Irsend)
+#define NONBLOCKING_SEND(NAME)                                                                                \
+    int MPI_##NAME(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm c, MPI_Request *r) \
+    {                                                                                                         \
+        int outer = depth == 0;                                                                               \
+        depth++;                                                                                              \
+        int rc = REAL(NAME)(buf, count, t, dest, tag, c, r);                                                  \
+        depth--;                                                                                              \
+        if (rc == MPI_SUCCESS && outer && g.active) {                                                         \
+            count_send(dest, count, t, c);                                                                    \
+            pending_add(*r);                                                                                  \
+        }                                                                                                     \
+        return rc;                                                                                            \
+    }                                                                                                         \
+    ALSO_PMPI(NAME)
+NONBLOCKING_SEND(Isend)
+NONBLOCKING_SEND(Issend)
+NONBLOCKING_SEND(Ibsend)
+NONBLOCKING_SEND(Irsend)
 
 int MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Status *st)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Recv(buf, count, t, src, tag, c, st);
+    int rc = REAL(Recv)(buf, count, t, src, tag, c, st);
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Recv)
 
 int MPI_Probe(int src, int tag, MPI_Comm c, MPI_Status *st)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Probe(src, tag, c, st);
+    int rc = REAL(Probe)(src, tag, c, st);
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Probe)
 
 int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int stag, void *rbuf, int rcount,
                  MPI_Datatype rtype, int src, int rtag, MPI_Comm c, MPI_Status *st)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, c, st);
+    int rc = REAL(Sendrecv)(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, c, st);
     depth--;
     if (rc == MPI_SUCCESS) count_send(dest, scount, stype, c);
     depth++;
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Sendrecv)
 
 int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest, int stag, int src, int rtag, MPI_Comm c,
                          MPI_Status *st)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, c, st);
+    int rc = REAL(Sendrecv_replace)(buf, count, t, dest, stag, src, rtag, c, st);
     depth--;
     if (rc == MPI_SUCCESS) count_send(dest, count, t, c);
     depth++;
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Sendrecv_replace)
 
 /* ---- completion ---- */
 int MPI_Wait(MPI_Request *r, MPI_Status *st)
 {
     uint64_t key = req_key(*r);
     uint64_t t0 = enter();
-    int rc = PMPI_Wait(r, st);
+    int rc = REAL(Wait)(r, st);
     if (pend_count) pending_done(&key, NULL, 1, 1);
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Wait)
 
 int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
 {
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     uint64_t t0 = enter();
-    int rc = PMPI_Waitall(n, reqs, sts);
+    int rc = REAL(Waitall)(n, reqs, sts);
     if (keys) pending_done(keys, NULL, n, 1);
     leave(t0);
     snapshot_free(keys, buf);
     return rc;
 }
+ALSO_PMPI(Waitall)
 
 int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st)
 {
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     uint64_t t0 = enter();
-    int rc = PMPI_Waitany(n, reqs, index, st);
+    int rc = REAL(Waitany)(n, reqs, index, st);
     if (keys && *index != MPI_UNDEFINED && *index >= 0 && *index < n) pending_done(keys, index, 1, 1);
     leave(t0);
     snapshot_free(keys, buf);
     return rc;
 }
+ALSO_PMPI(Waitany)
 
 int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[], MPI_Status sts[])
 {
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     uint64_t t0 = enter();
-    int rc = PMPI_Waitsome(n, reqs, outcount, indices, sts);
+    int rc = REAL(Waitsome)(n, reqs, outcount, indices, sts);
     if (keys && *outcount != MPI_UNDEFINED && *outcount > 0) pending_done(keys, indices, *outcount, 1);
     leave(t0);
     snapshot_free(keys, buf);
     return rc;
 }
+ALSO_PMPI(Waitsome)
 
 int MPI_Test(MPI_Request *r, int *flag, MPI_Status *st)
 {
     uint64_t key = req_key(*r);
     depth++;
-    int rc = PMPI_Test(r, flag, st);
+    int rc = REAL(Test)(r, flag, st);
     depth--;
     if (pend_count && *flag) pending_done(&key, NULL, 1, 0);
     return rc;
 }
+ALSO_PMPI(Test)
 
 int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[])
 {
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     depth++;
-    int rc = PMPI_Testall(n, reqs, flag, sts);
+    int rc = REAL(Testall)(n, reqs, flag, sts);
     depth--;
     if (keys && *flag) pending_done(keys, NULL, n, 0);
     snapshot_free(keys, buf);
     return rc;
 }
+ALSO_PMPI(Testall)
 
 int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st)
 {
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     depth++;
-    int rc = PMPI_Testany(n, reqs, index, flag, st);
+    int rc = REAL(Testany)(n, reqs, index, flag, st);
     depth--;
     if (keys && *flag && *index != MPI_UNDEFINED && *index >= 0 && *index < n) pending_done(keys, index, 1, 0);
     snapshot_free(keys, buf);
     return rc;
 }
+ALSO_PMPI(Testany)
 
 int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[], MPI_Status sts[])
 {
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     depth++;
-    int rc = PMPI_Testsome(n, reqs, outcount, indices, sts);
+    int rc = REAL(Testsome)(n, reqs, outcount, indices, sts);
     depth--;
     if (keys && *outcount != MPI_UNDEFINED && *outcount > 0) pending_done(keys, indices, *outcount, 0);
     snapshot_free(keys, buf);
     return rc;
 }
+ALSO_PMPI(Testsome)
 
 int MPI_Request_free(MPI_Request *r)
 {
     uint64_t key = req_key(*r);
     depth++;
-    int rc = PMPI_Request_free(r);
+    int rc = REAL(Request_free)(r);
     depth--;
     if (pend_count) pending_done(&key, NULL, 1, 0);
     return rc;
 }
+ALSO_PMPI(Request_free)
 
 /* ---- collectives: blocking, traffic by the logical model of docs/pmpi.md ---- */
 int MPI_Barrier(MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Barrier(c);
+    int rc = REAL(Barrier)(c);
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Barrier)
 
 /* Root sends count x type to every other rank. */
 int MPI_Bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Bcast(buf, count, t, root, c);
+    int rc = REAL(Bcast)(buf, count, t, root, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci && ci->me == root) to_all_others(ci, type_bytes(t, count));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Bcast)
 
 /* Every non-root rank sends its count x type to the root. */
 int MPI_Reduce(const void *s, void *r, int count, MPI_Datatype t, MPI_Op op, int root, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Reduce(s, r, count, t, op, root, c);
+    int rc = REAL(Reduce)(s, r, count, t, op, root, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci && ci->me != root) add_to(to_world(ci, root), type_bytes(t, count));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Reduce)
 
 /* Every rank sends its contribution (count x type) to every other rank. */
 int MPI_Allreduce(const void *s, void *r, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Allreduce(s, r, count, t, op, c);
+    int rc = REAL(Allreduce)(s, r, count, t, op, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci) to_all_others(ci, type_bytes(t, count));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Allreduce)
 
 int MPI_Gather(const void *s, int scount, MPI_Datatype stype, void *r, int rcount, MPI_Datatype rtype, int root,
                MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Gather(s, scount, stype, r, rcount, rtype, root, c);
+    int rc = REAL(Gather)(s, scount, stype, r, rcount, rtype, root, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci && ci->me != root) add_to(to_world(ci, root), type_bytes(stype, scount));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Gather)
 
 int MPI_Gatherv(const void *s, int scount, MPI_Datatype stype, void *r, const int rcounts[], const int displs[],
                 MPI_Datatype rtype, int root, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Gatherv(s, scount, stype, r, rcounts, displs, rtype, root, c);
+    int rc = REAL(Gatherv)(s, scount, stype, r, rcounts, displs, rtype, root, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci && ci->me != root) add_to(to_world(ci, root), type_bytes(stype, scount));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Gatherv)
 
 /* Root sends scount x stype to every other rank. */
 int MPI_Scatter(const void *s, int scount, MPI_Datatype stype, void *r, int rcount, MPI_Datatype rtype, int root,
                 MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Scatter(s, scount, stype, r, rcount, rtype, root, c);
+    int rc = REAL(Scatter)(s, scount, stype, r, rcount, rtype, root, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci && ci->me == root) to_all_others(ci, type_bytes(stype, scount));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Scatter)
 
 int MPI_Scatterv(const void *s, const int scounts[], const int displs[], MPI_Datatype stype, void *r, int rcount,
                  MPI_Datatype rtype, int root, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Scatterv(s, scounts, displs, stype, r, rcount, rtype, root, c);
+    int rc = REAL(Scatterv)(s, scounts, displs, stype, r, rcount, rtype, root, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci && ci->me == root)
         for (int j = 0; j < ci->size; j++)
@@ -883,48 +944,52 @@ int MPI_Scatterv(const void *s, const int scounts[], const int displs[], MPI_Dat
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Scatterv)
 
 /* Every rank sends its block to every other rank (MPI_IN_PLACE: the block is rcount x rtype). */
 int MPI_Allgather(const void *s, int scount, MPI_Datatype stype, void *r, int rcount, MPI_Datatype rtype, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Allgather(s, scount, stype, r, rcount, rtype, c);
+    int rc = REAL(Allgather)(s, scount, stype, r, rcount, rtype, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci)
         to_all_others(ci, s == MPI_IN_PLACE ? type_bytes(rtype, rcount) : type_bytes(stype, scount));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Allgather)
 
 int MPI_Allgatherv(const void *s, int scount, MPI_Datatype stype, void *r, const int rcounts[], const int displs[],
                    MPI_Datatype rtype, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Allgatherv(s, scount, stype, r, rcounts, displs, rtype, c);
+    int rc = REAL(Allgatherv)(s, scount, stype, r, rcounts, displs, rtype, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci)
         to_all_others(ci, s == MPI_IN_PLACE ? type_bytes(rtype, rcounts[ci->me]) : type_bytes(stype, scount));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Allgatherv)
 
 /* Every rank sends block j to rank j. */
 int MPI_Alltoall(const void *s, int scount, MPI_Datatype stype, void *r, int rcount, MPI_Datatype rtype, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Alltoall(s, scount, stype, r, rcount, rtype, c);
+    int rc = REAL(Alltoall)(s, scount, stype, r, rcount, rtype, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci)
         to_all_others(ci, s == MPI_IN_PLACE ? type_bytes(rtype, rcount) : type_bytes(stype, scount));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Alltoall)
 
 int MPI_Alltoallv(const void *s, const int scounts[], const int sdispls[], MPI_Datatype stype, void *r,
                   const int rcounts[], const int rdispls[], MPI_Datatype rtype, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Alltoallv(s, scounts, sdispls, stype, r, rcounts, rdispls, rtype, c);
+    int rc = REAL(Alltoallv)(s, scounts, sdispls, stype, r, rcounts, rdispls, rtype, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci) {
         const int *counts = s == MPI_IN_PLACE ? rcounts : scounts;
@@ -935,12 +1000,13 @@ int MPI_Alltoallv(const void *s, const int scounts[], const int sdispls[], MPI_D
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Alltoallv)
 
 /* Rank i sends rank j the part of its vector that j keeps: rcounts[j] x type. */
 int MPI_Reduce_scatter(const void *s, void *r, const int rcounts[], MPI_Datatype t, MPI_Op op, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Reduce_scatter(s, r, rcounts, t, op, c);
+    int rc = REAL(Reduce_scatter)(s, r, rcounts, t, op, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci)
         for (int j = 0; j < ci->size; j++)
@@ -948,16 +1014,18 @@ int MPI_Reduce_scatter(const void *s, void *r, const int rcounts[], MPI_Datatype
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Reduce_scatter)
 
 int MPI_Reduce_scatter_block(const void *s, void *r, int rcount, MPI_Datatype t, MPI_Op op, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Reduce_scatter_block(s, r, rcount, t, op, c);
+    int rc = REAL(Reduce_scatter_block)(s, r, rcount, t, op, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci) to_all_others(ci, type_bytes(t, rcount));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Reduce_scatter_block)
 
 /* Prefix reductions: rank i's contribution goes to every higher rank. */
 static void to_higher(const struct cinfo *ci, uint64_t bytes)
@@ -968,19 +1036,21 @@ static void to_higher(const struct cinfo *ci, uint64_t bytes)
 int MPI_Scan(const void *s, void *r, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Scan(s, r, count, t, op, c);
+    int rc = REAL(Scan)(s, r, count, t, op, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci) to_higher(ci, type_bytes(t, count));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Scan)
 
 int MPI_Exscan(const void *s, void *r, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c)
 {
     uint64_t t0 = enter();
-    int rc = PMPI_Exscan(s, r, count, t, op, c);
+    int rc = REAL(Exscan)(s, r, count, t, op, c);
     const struct cinfo *ci = coll_info(c);
     if (rc == MPI_SUCCESS && ci) to_higher(ci, type_bytes(t, count));
     leave(t0);
     return rc;
 }
+ALSO_PMPI(Exscan)

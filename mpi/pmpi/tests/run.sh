@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests of the PMPI agent with every MPI built by mpi/pmpi/build.sh: exact rank matrices for
-# known traffic with 2 to 8 ranks (oversubscribed, as root), the default matrix path, the board
+# known traffic with 2 to 8 ranks (oversubscribed, as root) from C, and from Fortran through
+# each binding (mpif.h, use mpi, use mpi_f08); the default matrix path, the board
 # file, a program that never calls MPI_Finalize, a rank that crashes, and no MPI at all.
 # Every launch runs under a timeout: nothing may hang.
 set -uo pipefail
@@ -59,6 +60,30 @@ for impl in "${impls[@]}"; do
       fail "$impl np=$np: board reader matrix differs"
     fi
     unset HUDDLE_RANK_MATRIX HUDDLE_BOARD
+  done
+
+  # Fortran: every binding, known traffic equal to the rank matrix (Open MPI's bindings call
+  # PMPI_ names, MPICH's the MPI_ names; the agent answers to both).
+  for b in mpifh mpi f08; do
+    prog=$builds/$impl/traffic-f-$b
+    if [ ! -x "$prog" ]; then
+      fail "$impl Fortran ($b): $prog not built (mpif90.$impl missing?)"
+      continue
+    fi
+    for np in 3 4; do
+      export HUDDLE_RANK_MATRIX=$work/f-$impl-$b-$np.csv
+      if ! launch "$impl" "$np" "$prog" "$work/f-$np.expected" >"$work/log" 2>&1; then
+        fail "$impl Fortran ($b) np=$np: run failed: $(tail -3 "$work/log")"
+      elif [ ! -f "$HUDDLE_RANK_MATRIX" ]; then
+        fail "$impl Fortran ($b) np=$np: no rank matrix written"
+      elif cmp -s "$HUDDLE_RANK_MATRIX" "$work/f-$np.expected"; then
+        pass "$impl Fortran ($b) np=$np: rank matrix equals the known traffic"
+      else
+        fail "$impl Fortran ($b) np=$np: rank matrix differs from the known traffic"
+        diff "$HUDDLE_RANK_MATRIX" "$work/f-$np.expected" | head -5
+      fi
+      unset HUDDLE_RANK_MATRIX
+    done
   done
 
   # A board name reused by a later job with another world size: reinitialized, still exact.
