@@ -22,27 +22,50 @@ pub fn library() -> PathBuf {
         .unwrap_or_else(|| candidates[0].clone())
 }
 
-/// The PMPI agent built for the MPI that runs `program` (build/mpi/<flavour>/libhuddle_pmpi.so,
-/// see mk/pmpi.mk): `HUDDLE_PMPI` if set, else the flavour is read from the launcher's real
-/// path (mpirun.openmpi, mpiexec.mpich, ... or their /etc/alternatives targets).
-pub fn pmpi_library(program: &std::ffi::OsStr) -> Result<PathBuf, String> {
+/// Which MPI a command runs under ("openmpi" or "mpich"): from the launcher's real path
+/// (mpirun.openmpi, mpiexec.mpich, orterun, hydra, or their /etc/alternatives targets), else
+/// from the MPI library the binary links (libmpi.so: Open MPI, libmpich.so: MPICH). None for
+/// a program that is neither (a script, a statically linked binary, no MPI at all).
+pub fn mpi_flavour(resolved: &std::path::Path) -> Option<&'static str> {
+    let text = resolved.to_string_lossy().to_lowercase();
+    if text.contains("openmpi") || text.contains("orterun") {
+        return Some("openmpi");
+    }
+    if text.contains("mpich") || text.contains("hydra") {
+        return Some("mpich");
+    }
+    linked_mpi(resolved)
+}
+
+/// The MPI named in an ELF binary's dynamic string table. Reads at most the first 256 MiB:
+/// the dynamic section of a real binary is near its start.
+fn linked_mpi(path: &std::path::Path) -> Option<&'static str> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(256 << 20)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if !bytes.starts_with(b"\x7fELF") {
+        return None;
+    }
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    if has(b"libmpich.so") {
+        Some("mpich")
+    } else if has(b"libmpi.so") {
+        Some("openmpi")
+    } else {
+        None
+    }
+}
+
+/// The PMPI agent built for `flavour` (build/mpi/<flavour>/libhuddle_pmpi.so, see
+/// mk/pmpi.mk), or `HUDDLE_PMPI` if set.
+pub fn pmpi_library_for(flavour: &str) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("HUDDLE_PMPI") {
         return Ok(PathBuf::from(p));
     }
-    let resolved = detect::resolve_program(&program.to_os_string())
-        .and_then(|p| std::fs::canonicalize(p).ok())
-        .ok_or_else(|| format!("{}: command not found", program.to_string_lossy()))?;
-    let text = resolved.to_string_lossy().to_lowercase();
-    let flavour = if text.contains("openmpi") || text.contains("orterun") {
-        "openmpi"
-    } else if text.contains("mpich") || text.contains("hydra") {
-        "mpich"
-    } else {
-        return Err(format!(
-            "cannot tell which MPI {} uses; set HUDDLE_PMPI to build/mpi/<openmpi|mpich>/libhuddle_pmpi.so",
-            resolved.display()
-        ));
-    };
     let exe = std::env::current_exe().unwrap_or_default();
     let root = exe
         .ancestors()
@@ -61,4 +84,21 @@ pub fn pmpi_library(program: &std::ffi::OsStr) -> Result<PathBuf, String> {
             lib.display()
         ))
     }
+}
+
+/// The PMPI agent built for the MPI that runs `program`.
+pub fn pmpi_library(program: &std::ffi::OsStr) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("HUDDLE_PMPI") {
+        return Ok(PathBuf::from(p));
+    }
+    let resolved = detect::resolve_program(&program.to_os_string())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .ok_or_else(|| format!("{}: command not found", program.to_string_lossy()))?;
+    let flavour = mpi_flavour(&resolved).ok_or_else(|| {
+        format!(
+            "cannot tell which MPI {} uses; set HUDDLE_PMPI to build/mpi/<openmpi|mpich>/libhuddle_pmpi.so",
+            resolved.display()
+        )
+    })?;
+    pmpi_library_for(flavour)
 }

@@ -2,6 +2,7 @@
 
 use crate::exit::bad_input;
 use manager::control::Controller;
+use manager::mpi::{MpiTraffic, SourceMode};
 use manager::observe::Detected;
 use manager::run::{self, Config};
 use std::ffi::OsString;
@@ -54,6 +55,13 @@ pub struct Common {
     /// per busy task in any case
     #[arg(long, default_value_t = manager::run::DEFAULT_MIN_TRAFFIC, value_name = "EVENTS")]
     pub min_traffic: f64,
+    /// Where the matrix comes from: faults (page faults), mpi (the PMPI agent's exact byte
+    /// counts between MPI ranks), both (MPI between ranks, page faults inside a rank).
+    /// Default: both when the command is an MPI launcher (mpirun, mpiexec of Open MPI or
+    /// MPICH) or a binary linking libmpi, whose PMPI agent is then preloaded into the ranks;
+    /// faults otherwise
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
     /// Seed of the mapping algorithms
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -233,7 +241,7 @@ fn simmer_policy(
         .recursive(true)
         .mode(0o700)
         .create(&dir)?;
-    let board = dir.join(format!("huddle-run-{}.board", std::process::id()));
+    let board = board_path();
     std::env::set_var("HUDDLE_BOARD", &board);
     if let Some(report) = &c.report {
         std::fs::DirBuilder::new()
@@ -247,6 +255,74 @@ fn simmer_policy(
         machine.clone(),
         c.simmer_confidence,
     )))
+}
+
+/// MPI ranks among the program's tasks: the PMPI agent built for the program's MPI is
+/// preloaded into them, and the board they write is read into the matrix. None where the
+/// command is no MPI program huddle recognises, its agent is not built, or --source faults;
+/// each of those but the last says so in one line, and page faults go on alone.
+fn mpi_setup(
+    c: &Common,
+    program: &std::ffi::OsStr,
+) -> anyhow::Result<Option<(MpiTraffic, SourceMode)>> {
+    let asked = c
+        .source
+        .as_deref()
+        .map(SourceMode::parse)
+        .transpose()
+        .map_err(bad_input)?;
+    if asked == Some(SourceMode::Faults) {
+        return Ok(None);
+    }
+    // A missing program is reported by the session (exit 127).
+    let Some(resolved) = detect::resolve_program(&program.to_os_string())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+    else {
+        return Ok(None);
+    };
+    let Some(flavour) = crate::agent::mpi_flavour(&resolved) else {
+        if asked.is_some() {
+            eprintln!(
+                "huddle: {}: no MPI launcher and no libmpi linked (a script, a static binary?): MPI traffic not counted, page faults alone",
+                resolved.display()
+            );
+        }
+        return Ok(None);
+    };
+    let lib = match crate::agent::pmpi_library_for(flavour) {
+        Ok(lib) => lib,
+        Err(e) => {
+            eprintln!("huddle: MPI traffic not counted ({e}): page faults alone");
+            return Ok(None);
+        }
+    };
+    // --policy simmer preloads it and names the board itself (the same name).
+    if c.policy != "simmer" {
+        preload(&lib);
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = simmer::board::default_dir();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        std::env::set_var("HUDDLE_BOARD", board_path());
+        if let Some(report) = &c.report {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(report)?;
+            std::env::set_var("HUDDLE_RANK_MATRIX", report.join("rank-matrix.csv"));
+        }
+    }
+    Ok(Some((
+        MpiTraffic::new(board_path(), c.block_size),
+        asked.unwrap_or(SourceMode::Both),
+    )))
+}
+
+/// The board the ranks of this run write (private directory, named after huddle's pid).
+fn board_path() -> PathBuf {
+    simmer::board::default_dir().join(format!("huddle-run-{}.board", std::process::id()))
 }
 
 /// Prepends a library to LD_PRELOAD for the program (the detection agent comes first).
@@ -267,6 +343,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         preload(&crate::agent::pmpi_library(program).map_err(bad_input)?);
     }
     let (target, policy, machine) = check(&args.common, None)?;
+    let mpi = mpi_setup(&args.common, program)?;
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),
@@ -292,12 +369,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let mut obs = Detected {
         session,
         spawned: true,
+        mpi,
     };
     let data = run::manage(
         &mut obs,
         &target,
         config(&args.common, policy, command, machine),
     );
+    if let Some((m, _)) = &obs.mpi {
+        // Named by us, so the agent leaves it for a reader: nobody reads it after the run.
+        let _ = std::fs::remove_file(m.path());
+    }
     finish(&args.common, &data);
     Ok(match (data.info.exit_code, data.info.exit_signal) {
         (Some(c), _) => c,
@@ -312,6 +394,16 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         return Err(bad_input(
             "--policy simmer needs the PMPI agent preloaded into the ranks: start the program with `huddle run`",
         ));
+    }
+    // attach cannot preload the PMPI agent into ranks that already run.
+    match args.common.source.as_deref().map(SourceMode::parse) {
+        Some(Err(e)) => return Err(bad_input(e)),
+        Some(Ok(SourceMode::Mpi | SourceMode::Both)) => {
+            return Err(bad_input(
+                "--source mpi and both need the PMPI agent preloaded into the ranks: start the program with `huddle run`",
+            ))
+        }
+        _ => {}
     }
     if args.pid <= 0 {
         return Err(bad_input(format!("{}: not a process id", args.pid)));
@@ -339,6 +431,7 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     let mut obs = Detected {
         session,
         spawned: false,
+        mpi: None,
     };
     let mut cfg = config(
         &args.common,

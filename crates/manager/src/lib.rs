@@ -8,11 +8,13 @@
 //! - [`idle`] tells which tasks do not run, so that mapping leaves them out.
 //! - [`policy`] says what to aim for (`comm`, `static:ALGO`, `none`); [`simmer_policy`] runs
 //!   SIMMer's rules on the PMPI agent's board.
-//! - [`run`] is the loop; [`observe`] plugs a detection session into it.
+//! - [`run`] is the loop; [`observe`] plugs a detection session into it, and [`mpi`] merges
+//!   the PMPI agent's exact MPI traffic into it.
 
 pub mod actuate;
 pub mod control;
 pub mod idle;
+pub mod mpi;
 pub mod observe;
 pub mod pages;
 pub mod policy;

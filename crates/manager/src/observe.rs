@@ -1,13 +1,16 @@
 //! Detection sessions as the loop's [`Observer`].
 
+use crate::mpi::{self, CellSource, MpiTraffic, SourceMode};
 use crate::run::{Exit, Observer, TaskInfo};
 use detect::{Session, TargetExit};
 use matrix::CommMatrix;
 
-/// A detection session on a launched (`spawned`) or attached program.
+/// A detection session on a launched (`spawned`) or attached program, and where MPI ranks
+/// are involved the PMPI agent's board with the way the two are merged.
 pub struct Detected {
     pub session: Session,
     pub spawned: bool,
+    pub mpi: Option<(MpiTraffic, SourceMode)>,
 }
 
 impl Detected {
@@ -23,26 +26,9 @@ impl Detected {
             .map(|(i, _)| i)
             .collect()
     }
-}
 
-impl Observer for Detected {
-    fn pid(&self) -> u32 {
-        self.session.pid() as u32
-    }
-
-    fn poll(&mut self) -> u64 {
-        self.session.poll()
-    }
-
-    fn wait(&self, timeout: std::time::Duration) {
-        self.session.wait(timeout);
-    }
-
-    fn flush(&mut self) -> u64 {
-        self.session.flush()
-    }
-
-    fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
+    /// The page-fault matrix over the program tasks, and those tasks.
+    fn faults(&self) -> (CommMatrix, Vec<TaskInfo>) {
         let rows = self.program_rows();
         let all = self.session.tasks();
         let whole_process = self.session.granularity() == detect::Granularity::Process;
@@ -58,9 +44,77 @@ impl Observer for Detected {
             .collect();
         (self.session.matrix_of(&rows), tasks)
     }
+}
+
+impl Observer for Detected {
+    fn pid(&self) -> u32 {
+        self.session.pid() as u32
+    }
+
+    fn poll(&mut self) -> u64 {
+        if let Some((m, _)) = &mut self.mpi {
+            m.update();
+        }
+        self.session.poll()
+    }
+
+    fn wait(&self, timeout: std::time::Duration) {
+        self.session.wait(timeout);
+    }
+
+    fn flush(&mut self) -> u64 {
+        if let Some((m, _)) = &mut self.mpi {
+            m.update();
+        }
+        self.session.flush()
+    }
+
+    fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
+        let (faults, tasks) = self.faults();
+        match &self.mpi {
+            Some((m, mode)) => {
+                let (pids, ranks) = m.ranks();
+                (mpi::merge(&faults, &tasks, pids, &ranks, *mode).0, tasks)
+            }
+            None => (faults, tasks),
+        }
+    }
+
+    fn cell_sources(&self) -> Option<Vec<Vec<&'static str>>> {
+        let (m, mode) = self.mpi.as_ref()?;
+        let (faults, tasks) = self.faults();
+        let (pids, ranks) = m.ranks();
+        let src = mpi::merge(&faults, &tasks, pids, &ranks, *mode).1;
+        // The report's matrix is symmetrized: a cell is MPI's if either direction is.
+        let n = src.len();
+        Some(
+            (0..n)
+                .map(|i| {
+                    (0..n)
+                        .map(|j| match (src[i][j], src[j][i]) {
+                            (CellSource::Mpi, _) | (_, CellSource::Mpi) => CellSource::Mpi,
+                            (CellSource::Faults, _) | (_, CellSource::Faults) => CellSource::Faults,
+                            _ => CellSource::None,
+                        })
+                        .map(CellSource::name)
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    fn mpi_ranks(&self) -> Vec<Option<usize>> {
+        match &self.mpi {
+            Some((m, _)) => mpi::rank_threads(&self.faults().1, m.ranks().0),
+            None => Vec::new(),
+        }
+    }
 
     fn age(&mut self) {
         self.session.age();
+        if let Some((m, _)) = &mut self.mpi {
+            m.age();
+        }
     }
 
     fn owned_pages(&self, task: usize) -> Vec<u64> {
@@ -96,7 +150,12 @@ impl Observer for Detected {
             .filter(|s| s.active)
             .map(|s| s.name.clone())
             .collect();
-        active.join(" + ")
+        let faults = active.join(" + ");
+        match &self.mpi {
+            Some((_, SourceMode::Mpi)) => "PMPI agent (MPI bytes between ranks)".into(),
+            Some((_, _)) => format!("{faults} + PMPI agent (MPI bytes between ranks)"),
+            None => faults,
+        }
     }
 
     fn notes(&self) -> Vec<String> {
@@ -107,6 +166,21 @@ impl Observer for Detected {
             .map(|s| format!("{}: {}", s.name, s.note))
             .collect();
         notes.extend(self.session.agent_notes());
+        if let Some((m, mode)) = &self.mpi {
+            let (ranks, bytes) = m.seen();
+            notes.push(if ranks == 0 {
+                format!(
+                    "mpi: no rank wrote to {} (the program never called MPI_Init with the PMPI agent preloaded: statically linked, another MPI, or no MPI at all); {}",
+                    m.path().display(),
+                    if *mode == SourceMode::Mpi { "the matrix is empty" } else { "page faults alone" }
+                )
+            } else {
+                format!(
+                    "mpi: {ranks} ranks on this node counted {bytes} bytes sent (PMPI agent, exact); between ranks the matrix holds bytes / block size{}",
+                    if *mode == SourceMode::Both { ", inside a rank page faults" } else { "" }
+                )
+            });
+        }
         let st = self.session.stats();
         notes.push(format!(
             "sharer table: {} slots, {} KiB, {} evictions; {} faults, {} communication events",

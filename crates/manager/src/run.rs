@@ -55,6 +55,15 @@ pub trait Observer {
     fn source(&self) -> String;
     /// Messages the report should show (fallbacks, missing privileges).
     fn notes(&self) -> Vec<String>;
+    /// Where each cell of the (symmetrized) matrix came from ("faults", "mpi", "" for none),
+    /// where the observer merges several sources.
+    fn cell_sources(&self) -> Option<Vec<Vec<&'static str>>> {
+        None
+    }
+    /// For each task of the snapshot, the MPI rank whose MPI-calling thread it is.
+    fn mpi_ranks(&self) -> Vec<Option<usize>> {
+        Vec::new()
+    }
     /// The program's exit, once it has ended (None while it runs, or when attached).
     fn try_wait(&mut self) -> Option<Exit>;
     /// Whether the program is still there (for attached programs that are not our child).
@@ -402,6 +411,7 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
 
     total_events += obs.flush();
     let (matrix, tasks) = obs.snapshot();
+    let mpi_ranks = obs.mpi_ranks();
     let duration = start.elapsed().as_secs_f64();
     data.tasks = tasks
         .iter()
@@ -414,9 +424,15 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             first_seen_s: task.first_seen,
             last_seen_s: duration,
             cpu_s: cpu_ticks.get(&task.tid).copied().unwrap_or(0) as f64 / tick,
+            mpi_rank: mpi_ranks.get(i).copied().flatten(),
         })
         .collect();
     data.matrix = Some(matrix.symmetrized());
+    data.matrix_sources = obs.cell_sources().map(|rows| {
+        rows.into_iter()
+            .map(|r| r.into_iter().map(String::from).collect())
+            .collect()
+    });
     cfg.policy.finish();
     notes.extend(cfg.policy.notes());
     notes.extend(obs.notes());

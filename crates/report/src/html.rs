@@ -79,7 +79,24 @@ pub fn render_html(d: &RunData) -> String {
         let _ = write!(h, "<p class=note>{}</p>", esc(n));
     }
 
-    h.push_str("<h2>Communication</h2><div class=row>");
+    h.push_str("<h2>Communication</h2>");
+    if let Some(src) = &d.matrix_sources {
+        let count = |name: &str| {
+            src.iter()
+                .enumerate()
+                .flat_map(|(i, r)| r.iter().skip(i + 1))
+                .filter(|c| c.as_str() == name)
+                .count()
+        };
+        let _ = write!(
+            h,
+            "<p>Pairs of tasks by source: {} from the PMPI agent (exact MPI bytes between \
+             ranks, matrix-sources.csv says which), {} from page faults.</p>",
+            count("mpi"),
+            count("faults")
+        );
+    }
+    h.push_str("<div class=row>");
     if let Some(m) = &d.matrix {
         h.push_str(&plots::heatmap(m, "final matrix", 420));
     }

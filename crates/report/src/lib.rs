@@ -74,6 +74,10 @@ pub struct TaskRecord {
     pub first_seen_s: f64,
     pub last_seen_s: f64,
     pub cpu_s: f64,
+    /// The MPI rank (MPI_COMM_WORLD) whose MPI-calling thread this task is, where the PMPI
+    /// agent reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpi_rank: Option<usize>,
 }
 
 /// The communication matrix at one time.
@@ -126,6 +130,9 @@ pub struct RunData {
     pub info: RunInfo,
     pub tasks: Vec<TaskRecord>,
     pub matrix: Option<CommMatrix>,
+    /// Where each cell of `matrix` came from ("faults", "mpi", "" for an empty cell), when
+    /// several sources were merged (MPI programs): matrix-sources.csv.
+    pub matrix_sources: Option<Vec<Vec<String>>>,
     pub snapshots: Vec<Snapshot>,
     pub placements: Vec<Placement>,
     pub decisions: Vec<Decision>,
@@ -191,6 +198,10 @@ impl RunData {
         if let Some(m) = &self.matrix {
             write_text(&dir.join("matrix.csv"), &m.to_csv())?;
         }
+        if let Some(src) = &self.matrix_sources {
+            let text: String = src.iter().map(|r| r.join(",") + "\n").collect();
+            write_text(&dir.join("matrix-sources.csv"), &text)?;
+        }
         let mut csv = String::from("t,task,pu\n");
         for p in &self.placements {
             csv.push_str(&format!("{:.3},{},{}\n", p.t, p.task, p.pu));
@@ -221,6 +232,15 @@ impl RunData {
         } else {
             None
         };
+        let sources_path = dir.join("matrix-sources.csv");
+        let matrix_sources = match std::fs::read_to_string(&sources_path) {
+            Ok(text) => Some(
+                text.lines()
+                    .map(|l| l.split(',').map(String::from).collect())
+                    .collect(),
+            ),
+            Err(_) => None,
+        };
         let placements_path = dir.join("placements.csv");
         let text =
             std::fs::read_to_string(&placements_path).map_err(|e| io_err(&placements_path, e))?;
@@ -244,6 +264,7 @@ impl RunData {
             info,
             tasks: read_json(dir, "tasks.json")?,
             matrix,
+            matrix_sources,
             snapshots: read_json(dir, "snapshots.json")?,
             placements,
             decisions: read_json(dir, "decisions.json")?,
@@ -289,6 +310,20 @@ mod tests {
                 })
                 .collect(),
             matrix: Some(m.clone()),
+            matrix_sources: Some(
+                (0..4)
+                    .map(|i| {
+                        (0..4)
+                            .map(|j| match (i + j) % 3 {
+                                0 => "",
+                                1 => "mpi",
+                                _ => "faults",
+                            })
+                            .map(String::from)
+                            .collect()
+                    })
+                    .collect(),
+            ),
             snapshots: vec![Snapshot {
                 t: 1.0,
                 matrix: m.to_rows(),
@@ -327,6 +362,7 @@ mod tests {
         let back = RunData::load(&dir).unwrap();
         assert_eq!(back.placements, run.placements);
         assert_eq!(back.matrix, run.matrix);
+        assert_eq!(back.matrix_sources, run.matrix_sources);
         assert_eq!(back.decisions[0].mapping, vec![0, 1, 0, 1]);
         let page = std::fs::read_to_string(render(&dir).unwrap()).unwrap();
         // Heatmaps, timeline, cost, events and CPU plots, all inline.
@@ -338,6 +374,12 @@ mod tests {
         assert!(!page.contains("<script") && !page.contains(" src=") && !page.contains("href="));
         assert!(page.contains("prog &lt;arg&gt;"), "command is escaped");
         assert!(page.contains("50.0%"), "predicted gain is shown");
+        // Upper triangle: (0,1) (1,3) mpi, (0,2) (2,3) faults, (0,3) (1,2) none.
+        assert!(
+            page.contains("Pairs of tasks by source: 2 from the PMPI agent"),
+            "sources are counted"
+        );
+        assert!(page.contains("2 from page faults"));
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.join("run.json"))
             .unwrap()

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# `huddle run -- mpirun ...` counts MPI traffic exactly: the PMPI agent for the program's MPI
+# is preloaded without being asked, and in the report every pair of ranks' MPI threads holds
+# the agent's bytes (symmetrized, / block size) with source "mpi", for C and for Fortran
+# programs under Open MPI and MPICH, and for a binary started without a launcher.
+# --source faults leaves MPI out; a program that is no MPI program gets page faults alone.
+# --policy none: no migration, so nothing is aged and the cells equal the totals.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+huddle=target/release/huddle
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+# check DIR NP: every pair of rank threads in DIR equals rank-matrix.csv; prints a summary.
+check() {
+  awk -v np="$2" -v block=256 '
+    FILENAME ~ /tasks.json$/ {
+      if ($1 == "\"index\":") { idx = $2 + 0 }
+      if ($1 == "\"mpi_rank\":") { task[$2 + 0] = idx; ranks++ }
+      next
+    }
+    FILENAME ~ /rank-matrix.csv$/ { n = split($0, f, ","); for (j = 1; j <= n; j++) R[rr + 0, j - 1] = f[j]; rr++; next }
+    FILENAME ~ /matrix-sources.csv$/ { n = split($0, f, ","); for (j = 1; j <= n; j++) S[sr + 0, j - 1] = f[j]; sr++; next }
+    FILENAME ~ /matrix.csv$/ { n = split($0, f, ","); for (j = 1; j <= n; j++) M[mr + 0, j - 1] = f[j]; mr++; next }
+    END {
+      if (ranks != np) { print "tasks.json names " ranks + 0 " rank threads, wanted " np; exit 1 }
+      bad = 0; pairs = 0
+      for (a = 0; a < np; a++) for (b = a + 1; b < np; b++) {
+        i = task[a]; j = task[b]
+        want = (R[a, b] + R[b, a]) / 2 / block
+        got = M[i, j] + 0
+        d = got - want; if (d < 0) d = -d
+        if (S[i, j] != "mpi" || d > 1e-5 * (want + 1)) {
+          print "ranks " a "," b " (tasks " i "," j "): " got " from " S[i, j] ", wanted " want " from mpi"; bad++
+        }
+        pairs++
+      }
+      if (bad) exit 1
+      print pairs " rank pairs equal to the agent'"'"'s bytes"
+    }' "$1/tasks.json" "$1/rank-matrix.csv" "$1/matrix-sources.csv" "$1/matrix.csv"
+}
+
+for impl in openmpi mpich; do
+  case $impl in
+    openmpi) launch=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -np 4) ;;
+    mpich) launch=(mpirun.mpich -np 4) ;;
+  esac
+  for prog in traffic traffic-f-mpifh traffic-f-f08; do
+    dir=$tmp/$impl-$prog
+    args=("$tmp/expected.csv")
+    [ $prog = traffic ] && args+=(all)
+    if ! timeout 180 "$huddle" run --quiet --policy none --report "$dir" -- "${launch[@]}" \
+      "build/mpi/$impl/$prog" "${args[@]}" >"$tmp/log" 2>&1; then
+      fail "$impl $prog: huddle run failed: $(tail -3 "$tmp/log")"
+      continue
+    fi
+    if ! cmp -s "$dir/rank-matrix.csv" "$tmp/expected.csv"; then
+      fail "$impl $prog: the rank matrix differs from the program's known traffic"
+    elif ! grep -q 'PMPI agent (MPI bytes between ranks)' "$dir/run.json"; then
+      fail "$impl $prog: run.json does not name the PMPI agent as a source"
+    elif msg=$(check "$dir" 4); then
+      pass "$impl $prog: $msg, sources in matrix-sources.csv"
+    else
+      fail "$impl $prog: $msg"
+    fi
+  done
+done
+
+# A binary that links libmpi, started alone (a singleton world of one rank): the agent is
+# preloaded too, and the run ends normally.
+dir=$tmp/singleton
+if timeout 60 "$huddle" run --quiet --policy none --report "$dir" -- build/mpi/mpich/traffic "$tmp/expected.csv" p2p \
+  >"$tmp/log" 2>&1 && grep -q '"mpi: 1 ranks on this node' "$dir/run.json"; then
+  pass "singleton binary linking libmpich: agent preloaded, 1 rank seen"
+else
+  fail "singleton: $(tail -3 "$tmp/log"; grep -o '"mpi: [^"]*' "$dir/run.json" 2>/dev/null)"
+fi
+
+# --source faults: no agent, no MPI cells.
+dir=$tmp/faults
+if timeout 120 "$huddle" run --quiet --policy none --source faults --report "$dir" -- mpirun.mpich -np 2 \
+  build/mpi/mpich/traffic "$tmp/expected.csv" >"$tmp/log" 2>&1 &&
+  [ ! -e "$dir/matrix-sources.csv" ] && [ ! -e "$dir/rank-matrix.csv" ] && ! grep -q 'PMPI agent' "$dir/run.json"; then
+  pass "--source faults: no PMPI agent, no MPI cells"
+else
+  fail "--source faults: $(tail -3 "$tmp/log")"
+fi
+
+# No MPI program: --source mpi says so in one line and page faults go on.
+out=$(timeout 60 "$huddle" run --quiet --policy none --source mpi -- true 2>&1) && rc=0 || rc=$?
+if [ $rc = 0 ] && [ "$(grep -c 'no MPI launcher and no libmpi linked' <<<"$out")" = 1 ]; then
+  pass "--source mpi on a program without MPI: one line, exit 0"
+else
+  fail "--source mpi without MPI: exit $rc, '$out'"
+fi
+out=$("$huddle" run --source pmpi -- true 2>&1) && rc=0 || rc=$?
+if [ $rc = 2 ] && grep -q "expected faults, mpi or both" <<<"$out"; then
+  pass "--source pmpi: exit 2, '$out'"
+else
+  fail "--source pmpi: exit $rc, '$out'"
+fi
+
+[ $fails = 0 ] && echo "mpi sources: all passed" || echo "mpi sources: $fails failed"
+[ $fails = 0 ]
