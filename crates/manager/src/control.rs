@@ -157,9 +157,43 @@ impl Controller {
     }
 }
 
+/// A PU that holds more of the tasks pinned to a single PU (`masks`: each task's allowed
+/// slots) than a balanced placement of all `masks.len()` tasks over `pus` PUs would, and how
+/// many it holds. The mapping puts partners together but never stacks busy tasks: a live
+/// placement that does (tasks mapped before the idle tracker knew which were busy, or pinned
+/// by someone else) costs nothing in the model while its tasks share one PU's time.
+pub fn stacked<T: AsRef<[usize]>>(masks: &[T], pus: usize) -> Option<(usize, usize)> {
+    if masks.is_empty() || pus == 0 {
+        return None;
+    }
+    let limit = masks.len().div_ceil(pus);
+    let mut count = std::collections::BTreeMap::new();
+    for m in masks {
+        if let [pu] = m.as_ref() {
+            *count.entry(*pu).or_insert(0usize) += 1;
+        }
+    }
+    count.into_iter().find(|&(_, k)| k > limit)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stacked_tasks_are_found_and_balanced_ones_are_not() {
+        // Two busy tasks pinned to PU 0 of two: stacked.
+        assert_eq!(stacked(&[vec![0], vec![0]], 2), Some((0, 2)));
+        // One per PU, or free to run anywhere: not.
+        assert_eq!(stacked(&[vec![0], vec![1]], 2), None);
+        assert_eq!(stacked(&[vec![0], vec![0, 1]], 2), None);
+        // Five tasks on two PUs: three on one is balanced, four is not.
+        let three = [vec![0], vec![0], vec![0], vec![1], vec![1]];
+        assert_eq!(stacked(&three, 2), None);
+        let four = [vec![1], vec![1], vec![1], vec![1], vec![0]];
+        assert_eq!(stacked(&four, 2), Some((1, 4)));
+        assert_eq!(stacked::<Vec<usize>>(&[], 2), None);
+    }
 
     #[test]
     fn interval_grows_while_stable_and_halves_on_change() {

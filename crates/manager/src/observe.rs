@@ -103,6 +103,10 @@ impl Observer for Detected {
         )
     }
 
+    fn fault_matrix(&self) -> Option<CommMatrix> {
+        self.mpi.as_ref().map(|_| self.faults().0)
+    }
+
     fn mpi_ranks(&self) -> Vec<Option<usize>> {
         match &self.mpi {
             Some((m, _)) => mpi::rank_threads(&self.faults().1, m.ranks().0),

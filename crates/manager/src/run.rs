@@ -60,6 +60,10 @@ pub trait Observer {
     fn cell_sources(&self) -> Option<Vec<Vec<&'static str>>> {
         None
     }
+    /// The page-fault matrix alone, where the snapshot merges it with another source.
+    fn fault_matrix(&self) -> Option<CommMatrix> {
+        None
+    }
     /// For each task of the snapshot, the MPI rank whose MPI-calling thread it is.
     fn mpi_ranks(&self) -> Vec<Option<usize>> {
         Vec::new()
@@ -301,7 +305,24 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
                 _ => None,
             };
             last_proposal = Some((live_tids, proposal.slots.clone()));
-            let verdict = if !proposal.self_judged {
+            let pus = target.allowed_pus().len();
+            let new_masks: Vec<[usize; 1]> = proposal.slots.iter().map(|&s| [s]).collect();
+            let stacked_now = crate::control::stacked(&masks, pus)
+                .filter(|_| crate::control::stacked(&new_masks, pus).is_none());
+            let mut reason = proposal.reason.clone();
+            let verdict = if let Some((slot, k)) = stacked_now {
+                // A repair, not an optimisation: no threshold, no confirmation interval.
+                reason = format!(
+                    "{k} busy tasks are pinned to PU {} while a balanced placement has at most {}: rebalanced ({})",
+                    target.os_index(slot),
+                    live_idx.len().div_ceil(pus.max(1)),
+                    proposal.reason
+                );
+                cfg.controller.accept(t, &cur_os);
+                Verdict::Migrate {
+                    gain: (cost_now - cost_new) / cost_now.max(1e-12),
+                }
+            } else if !proposal.self_judged {
                 cfg.controller
                     .decide(t, &cur_os, cost_now, &new_os, cost_new, previous_cost)
             } else if new_os == cur_os
@@ -356,7 +377,7 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
                     }
                     obs.age();
                     last_remap = Some((t, gain));
-                    ("migrate", gain, proposal.reason.clone())
+                    ("migrate", gain, reason)
                 }
                 Verdict::Keep { reason } => {
                     ("keep", (cost_now - cost_new) / cost_now.max(1e-12), reason)
@@ -428,6 +449,7 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         })
         .collect();
     data.matrix = Some(matrix.symmetrized());
+    data.matrix_faults = obs.fault_matrix().map(|m| m.symmetrized());
     data.matrix_sources = obs.cell_sources().map(|rows| {
         rows.into_iter()
             .map(|r| r.into_iter().map(String::from).collect())

@@ -133,6 +133,9 @@ pub struct RunData {
     /// Where each cell of `matrix` came from ("faults", "mpi", "" for an empty cell), when
     /// several sources were merged (MPI programs): matrix-sources.csv.
     pub matrix_sources: Option<Vec<Vec<String>>>,
+    /// The page-fault matrix alone, symmetric, where it was merged with another source:
+    /// matrix-faults.csv (to compare the two).
+    pub matrix_faults: Option<CommMatrix>,
     pub snapshots: Vec<Snapshot>,
     pub placements: Vec<Placement>,
     pub decisions: Vec<Decision>,
@@ -202,6 +205,9 @@ impl RunData {
             let text: String = src.iter().map(|r| r.join(",") + "\n").collect();
             write_text(&dir.join("matrix-sources.csv"), &text)?;
         }
+        if let Some(m) = &self.matrix_faults {
+            write_text(&dir.join("matrix-faults.csv"), &m.to_csv())?;
+        }
         let mut csv = String::from("t,task,pu\n");
         for p in &self.placements {
             csv.push_str(&format!("{:.3},{},{}\n", p.t, p.task, p.pu));
@@ -226,6 +232,17 @@ impl RunData {
             Some(
                 CommMatrix::read(&matrix_path).map_err(|e| ReportError::Format {
                     path: matrix_path.clone(),
+                    reason: e.to_string(),
+                })?,
+            )
+        } else {
+            None
+        };
+        let faults_path = dir.join("matrix-faults.csv");
+        let matrix_faults = if faults_path.exists() {
+            Some(
+                CommMatrix::read(&faults_path).map_err(|e| ReportError::Format {
+                    path: faults_path.clone(),
                     reason: e.to_string(),
                 })?,
             )
@@ -265,6 +282,7 @@ impl RunData {
             tasks: read_json(dir, "tasks.json")?,
             matrix,
             matrix_sources,
+            matrix_faults,
             snapshots: read_json(dir, "snapshots.json")?,
             placements,
             decisions: read_json(dir, "decisions.json")?,
@@ -324,6 +342,7 @@ mod tests {
                     })
                     .collect(),
             ),
+            matrix_faults: Some(m.clone()),
             snapshots: vec![Snapshot {
                 t: 1.0,
                 matrix: m.to_rows(),
@@ -363,6 +382,7 @@ mod tests {
         assert_eq!(back.placements, run.placements);
         assert_eq!(back.matrix, run.matrix);
         assert_eq!(back.matrix_sources, run.matrix_sources);
+        assert_eq!(back.matrix_faults, run.matrix_faults);
         assert_eq!(back.decisions[0].mapping, vec![0, 1, 0, 1]);
         let page = std::fs::read_to_string(render(&dir).unwrap()).unwrap();
         // Heatmaps, timeline, cost, events and CPU plots, all inline.
