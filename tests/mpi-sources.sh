@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `huddle run -- mpirun ...` counts MPI traffic exactly: the PMPI agent for the program's MPI
+# `huddle run -- mpirun ...` (and `huddle detect`) counts MPI traffic exactly: the PMPI agent for the program's MPI
 # is preloaded without being asked, and in the report every pair of ranks' MPI threads holds
 # the agent's bytes (symmetrized, / block size) with source "mpi", for C and for Fortran
 # programs under Open MPI and MPICH, and for a binary started without a launcher.
@@ -67,6 +67,41 @@ for impl in openmpi mpich; do
       fail "$impl $prog: $msg"
     fi
   done
+done
+
+# huddle detect: the same merge, the rank matrix beside OUT, sources and ranks in OUT.json.
+for impl in openmpi mpich; do
+  case $impl in
+    openmpi) launch=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -np 4) ;;
+    mpich) launch=(mpirun.mpich -np 4) ;;
+  esac
+  out=$tmp/detect-$impl.csv
+  if ! timeout 180 "$huddle" detect --out "$out" -- "${launch[@]}" "build/mpi/$impl/traffic-f-mpifh" \
+    "$tmp/expected.csv" >"$tmp/log" 2>&1; then
+    fail "$impl detect: $(tail -3 "$tmp/log")"
+  elif ! cmp -s "${out%.csv}.ranks.csv" "$tmp/expected.csv"; then
+    fail "$impl detect: OUT.ranks.csv differs from the program's known traffic"
+  elif msg=$(python3 - "${out%.csv}.json" "${out%.csv}.ranks.csv" 2>&1 <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+R = [[int(x) for x in l.split(",")] for l in open(sys.argv[2])]
+row = {r: k for k, r in enumerate(d["row_mpi_ranks"]) if r is not None}
+assert sorted(row) == [0, 1, 2, 3], f"rows of ranks: {d['row_mpi_ranks']}"
+for a in range(4):
+    for b in range(a + 1, 4):
+        i, j = row[a], row[b]
+        want = (R[a][b] + R[b][a]) / 2 / d["block_size"]
+        got = d["matrix"][i][j]
+        assert d["cell_sources"][i][j] == "mpi", f"ranks {a},{b}: source {d['cell_sources'][i][j]}"
+        assert abs(got - want) <= 1e-9 * (want + 1), f"ranks {a},{b}: {got}, wanted {want}"
+        assert d["matrix"][j][i] == got, "not symmetric"
+print("6 rank pairs equal to the agent's bytes, sources and ranks in OUT.json")
+EOF
+  ); then
+    pass "$impl detect: $msg"
+  else
+    fail "$impl detect: $msg"
+  fi
 done
 
 # A binary that links libmpi, started alone (a singleton world of one rank): the agent is

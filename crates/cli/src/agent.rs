@@ -1,5 +1,6 @@
 //! Where the preloaded agent library is.
 
+use manager::mpi::{MpiTraffic, SourceMode};
 use std::path::PathBuf;
 
 /// `HUDDLE_AGENT` if set, else `libhuddle_agent.so` beside the huddle binary (cargo puts both
@@ -101,4 +102,85 @@ pub fn pmpi_library(program: &std::ffi::OsStr) -> Result<PathBuf, String> {
         )
     })?;
     pmpi_library_for(flavour)
+}
+
+/// Prepends a library to LD_PRELOAD for the program (the detection agent comes first).
+pub fn preload(lib: &std::path::Path) {
+    let mut v = lib.as_os_str().to_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        v.push(" ");
+        v.push(old);
+    }
+    std::env::set_var("LD_PRELOAD", v);
+}
+
+/// The board the ranks of this run write (private directory, named after huddle's pid).
+pub fn board_path() -> PathBuf {
+    simmer::board::default_dir().join(format!("huddle-run-{}.board", std::process::id()))
+}
+
+/// MPI ranks among the program's tasks: the PMPI agent built for the program's MPI is
+/// preloaded into them, and the board they write is read into the matrix (`source`:
+/// --source as given). None where the command is no MPI program huddle recognises, its agent
+/// is not built, or --source faults; each of those but the last says so in one line, and
+/// page faults go on alone. `preloaded`: --policy simmer did the preload and named the
+/// board already. `rank_matrix`: where rank 0 writes the rank matrix at MPI_Finalize.
+pub fn mpi_setup(
+    source: Option<&str>,
+    program: &std::ffi::OsStr,
+    block_size: u64,
+    preloaded: bool,
+    rank_matrix: Option<PathBuf>,
+) -> anyhow::Result<Option<(MpiTraffic, SourceMode)>> {
+    let asked = source
+        .map(SourceMode::parse)
+        .transpose()
+        .map_err(crate::exit::bad_input)?;
+    if asked == Some(SourceMode::Faults) {
+        return Ok(None);
+    }
+    // A missing program is reported by the session (exit 127).
+    let Some(resolved) = detect::resolve_program(&program.to_os_string())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+    else {
+        return Ok(None);
+    };
+    let Some(flavour) = mpi_flavour(&resolved) else {
+        if asked.is_some() {
+            eprintln!(
+                "huddle: {}: no MPI launcher and no libmpi linked (a script, a static binary?): MPI traffic not counted, page faults alone",
+                resolved.display()
+            );
+        }
+        return Ok(None);
+    };
+    let lib = match pmpi_library_for(flavour) {
+        Ok(lib) => lib,
+        Err(e) => {
+            eprintln!("huddle: MPI traffic not counted ({e}): page faults alone");
+            return Ok(None);
+        }
+    };
+    if !preloaded {
+        preload(&lib);
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(simmer::board::default_dir())?;
+        std::env::set_var("HUDDLE_BOARD", board_path());
+        if let Some(path) = rank_matrix {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)?;
+            }
+            std::env::set_var("HUDDLE_RANK_MATRIX", path);
+        }
+    }
+    Ok(Some((
+        MpiTraffic::new(board_path(), block_size),
+        asked.unwrap_or(SourceMode::Both),
+    )))
 }

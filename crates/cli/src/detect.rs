@@ -3,6 +3,7 @@
 
 use crate::exit::{bad_input, Exit};
 use detect::{AgentConfig, Config, DetectError, Granularity, Session, Target};
+use manager::mpi::{MpiTraffic, SourceMode};
 use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -61,6 +62,12 @@ pub struct Args {
     /// Do not re-arm private anonymous memory (userfaultfd write-protect)
     #[arg(long)]
     pub no_private: bool,
+    /// Where the matrix comes from: faults (page faults), mpi (the PMPI agent's exact byte
+    /// counts between MPI ranks), both (MPI between ranks, page faults inside a rank).
+    /// Default: both for an MPI launcher or a binary linking libmpi (the agent is preloaded
+    /// into the ranks, and the rank matrix goes to OUT.ranks.csv), faults otherwise
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
     /// Sharer-table slots (power of two; 24 bytes each)
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     pub table_slots: usize,
@@ -75,6 +82,8 @@ struct Snapshot {
     /// Task indexes (into `tasks`) of the rows.
     rows: Vec<usize>,
     matrix: Vec<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cell_sources: Option<Vec<Vec<&'static str>>>,
     faults: u64,
     comm_events: u64,
 }
@@ -91,11 +100,82 @@ struct Document<'a> {
     /// Task indexes (into `tasks`) of the matrix rows, in order.
     rows: &'a [usize],
     matrix: Vec<Vec<f64>>,
+    /// MPI programs: where each cell came from ("mpi", "faults", "" for zero).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cell_sources: Option<Vec<Vec<&'static str>>>,
+    /// MPI programs: for each row, the MPI rank whose MPI-calling thread it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    row_mpi_ranks: Option<Vec<Option<usize>>>,
     tasks: &'a [detect::TaskInfo],
     sources: &'a [detect::SourceStatus],
     agent_notes: Vec<String>,
     stats: detect::Stats,
     snapshots: &'a [Snapshot],
+}
+
+type Mpi = Option<(MpiTraffic, SourceMode)>;
+
+/// The matrix over some session rows, and for MPI programs each cell's source and each
+/// row's MPI rank.
+struct Merged {
+    matrix: matrix::CommMatrix,
+    cell_sources: Option<Vec<Vec<&'static str>>>,
+    row_mpi_ranks: Option<Vec<Option<usize>>>,
+}
+
+/// The matrix over session rows `rows`, merged with the MPI ranks' traffic where there is any.
+fn merged(s: &Session, rows: &[usize], mpi: &Mpi) -> Merged {
+    let faults = s.matrix_of(rows);
+    let Some((m, mode)) = mpi else {
+        return Merged {
+            matrix: faults,
+            cell_sources: None,
+            row_mpi_ranks: None,
+        };
+    };
+    let all = s.tasks();
+    let whole_process = s.granularity() == Granularity::Process;
+    let tasks: Vec<manager::run::TaskInfo> = rows
+        .iter()
+        .map(|&i| manager::run::TaskInfo {
+            tid: all[i].tid,
+            pid: all[i].pid,
+            comm: all[i].comm.clone(),
+            first_seen: all[i].first_seen_ms / 1000.0,
+            whole_process,
+        })
+        .collect();
+    let (pids, ranks) = m.ranks();
+    let (matrix, src) = manager::mpi::merge(&faults, &tasks, pids, &ranks, *mode);
+    // The fault matrix is symmetric; the ranks' bytes are per direction.
+    let names = manager::mpi::symmetric_sources(&src)
+        .iter()
+        .map(|r| r.iter().map(|c| c.name()).collect())
+        .collect();
+    Merged {
+        matrix: matrix.symmetrized(),
+        cell_sources: Some(names),
+        row_mpi_ranks: Some(manager::mpi::rank_threads(&tasks, pids)),
+    }
+}
+
+/// `rows` plus the rows of the ranks' MPI threads (whose traffic page faults may not show).
+fn with_rank_threads(s: &Session, mut rows: Vec<usize>, mpi: &Mpi) -> Vec<usize> {
+    let Some((m, _)) = mpi else { return rows };
+    let pids = m.ranks().0;
+    let granularity = s.granularity();
+    for (i, t) in s.tasks().iter().enumerate() {
+        let id = if granularity == Granularity::Process {
+            t.pid
+        } else {
+            t.tid
+        };
+        if !t.agent && pids.contains(&id) && !rows.contains(&i) {
+            rows.push(i);
+        }
+    }
+    rows.sort_unstable();
+    rows
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -164,6 +244,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .command
         .split_first()
         .ok_or_else(|| bad_input("no command given"))?;
+    let mut mpi = crate::agent::mpi_setup(
+        args.source.as_deref(),
+        program,
+        args.block_size,
+        false,
+        Some(with_suffix(&args.out, ".ranks.csv")),
+    )?;
     let target = Target::Spawn {
         program: program.clone(),
         args: rest.to_vec(),
@@ -195,6 +282,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let exit = loop {
         s.wait(Duration::from_millis(100).min(period));
         s.poll();
+        if let Some((m, _)) = &mut mpi {
+            m.update();
+        }
         let sig = detect::signals::take();
         if sig != 0 {
             s.signal(sig);
@@ -206,7 +296,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             next_snap += period;
             snaps.push(snapshot(
                 &s,
-                started,
+                &mpi,
                 min_share,
                 snaps.len(),
                 args.snapshots.as_deref(),
@@ -218,9 +308,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     // Everything still buffered, including records held back for ordering.
     s.flush();
+    if let Some((m, _)) = &mut mpi {
+        m.update();
+        // Named by us, so the agent leaves it for a reader: nobody reads it after the run.
+        let _ = std::fs::remove_file(m.path());
+    }
     snaps.push(snapshot(
         &s,
-        started,
+        &mpi,
         min_share,
         snaps.len(),
         args.snapshots.as_deref(),
@@ -230,9 +325,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             .filter(|&i| !s.tasks()[i].agent)
             .collect()
     } else {
-        s.active_tasks(min_share)
+        with_rank_threads(&s, s.active_tasks(min_share), &mpi)
     };
-    let m = s.matrix_of(&rows);
+    let Merged {
+        matrix: m,
+        cell_sources,
+        row_mpi_ranks,
+    } = merged(&s, &rows, &mpi);
     let tasks = s.tasks();
     write(&args.out, &m.to_csv())?;
     let mut table = String::from("index,tid,pid,comm,first_seen_ms,exited,agent,row\n");
@@ -266,6 +365,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         start_monotonic_ns: s.start_monotonic_ns(),
         rows: &rows,
         matrix: m.to_rows(),
+        cell_sources,
+        row_mpi_ranks,
         tasks: &tasks,
         sources: s.sources(),
         agent_notes: s.agent_notes(),
@@ -296,6 +397,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             stats.perf_lost, stats.agent_dropped
         );
     }
+    if let Some((m, _)) = &mpi {
+        let (ranks, bytes) = m.seen();
+        if ranks == 0 {
+            eprintln!(
+                "huddle: mpi: no rank wrote to the board (no MPI_Init with the PMPI agent preloaded); page faults alone"
+            );
+        } else {
+            eprintln!(
+                "huddle: mpi: {ranks} ranks counted {bytes} bytes sent (PMPI agent, exact) -> {}",
+                with_suffix(&args.out, ".ranks.csv").display()
+            );
+        }
+    }
     // The helpers' CPU is part of the target's; the program's own is what is left.
     let cost = match stats.target_cpu_s {
         Some(t) if t - stats.agent_cpu_s > 0.0 => format!(
@@ -318,22 +432,26 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 
 fn snapshot(
     s: &Session,
-    started: Instant,
+    mpi: &Mpi,
     min_share: f64,
     n: usize,
     dir: Option<&Path>,
 ) -> anyhow::Result<Snapshot> {
-    let rows = s.active_tasks(min_share);
-    let m = s.matrix_of(&rows);
+    let rows = with_rank_threads(s, s.active_tasks(min_share), mpi);
+    let Merged {
+        matrix: m,
+        cell_sources,
+        ..
+    } = merged(s, &rows, mpi);
     if let Some(d) = dir {
         write(&d.join(format!("snapshot-{n:04}.csv")), &m.to_csv())?;
     }
     let st = s.stats();
-    let _ = started;
     Ok(Snapshot {
         t_s: st.elapsed_s,
         rows,
         matrix: m.to_rows(),
+        cell_sources,
         faults: st.faults,
         comm_events: st.comm_events,
     })

@@ -2,7 +2,7 @@
 
 use crate::exit::bad_input;
 use manager::control::Controller;
-use manager::mpi::{MpiTraffic, SourceMode};
+use manager::mpi::SourceMode;
 use manager::observe::Detected;
 use manager::run::{self, Config};
 use std::ffi::OsString;
@@ -241,7 +241,7 @@ fn simmer_policy(
         .recursive(true)
         .mode(0o700)
         .create(&dir)?;
-    let board = board_path();
+    let board = crate::agent::board_path();
     std::env::set_var("HUDDLE_BOARD", &board);
     if let Some(report) = &c.report {
         std::fs::DirBuilder::new()
@@ -257,93 +257,24 @@ fn simmer_policy(
     )))
 }
 
-/// MPI ranks among the program's tasks: the PMPI agent built for the program's MPI is
-/// preloaded into them, and the board they write is read into the matrix. None where the
-/// command is no MPI program huddle recognises, its agent is not built, or --source faults;
-/// each of those but the last says so in one line, and page faults go on alone.
-fn mpi_setup(
-    c: &Common,
-    program: &std::ffi::OsStr,
-) -> anyhow::Result<Option<(MpiTraffic, SourceMode)>> {
-    let asked = c
-        .source
-        .as_deref()
-        .map(SourceMode::parse)
-        .transpose()
-        .map_err(bad_input)?;
-    if asked == Some(SourceMode::Faults) {
-        return Ok(None);
-    }
-    // A missing program is reported by the session (exit 127).
-    let Some(resolved) = detect::resolve_program(&program.to_os_string())
-        .and_then(|p| std::fs::canonicalize(p).ok())
-    else {
-        return Ok(None);
-    };
-    let Some(flavour) = crate::agent::mpi_flavour(&resolved) else {
-        if asked.is_some() {
-            eprintln!(
-                "huddle: {}: no MPI launcher and no libmpi linked (a script, a static binary?): MPI traffic not counted, page faults alone",
-                resolved.display()
-            );
-        }
-        return Ok(None);
-    };
-    let lib = match crate::agent::pmpi_library_for(flavour) {
-        Ok(lib) => lib,
-        Err(e) => {
-            eprintln!("huddle: MPI traffic not counted ({e}): page faults alone");
-            return Ok(None);
-        }
-    };
-    // --policy simmer preloads it and names the board itself (the same name).
-    if c.policy != "simmer" {
-        preload(&lib);
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = simmer::board::default_dir();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)?;
-        std::env::set_var("HUDDLE_BOARD", board_path());
-        if let Some(report) = &c.report {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(report)?;
-            std::env::set_var("HUDDLE_RANK_MATRIX", report.join("rank-matrix.csv"));
-        }
-    }
-    Ok(Some((
-        MpiTraffic::new(board_path(), c.block_size),
-        asked.unwrap_or(SourceMode::Both),
-    )))
-}
-
-/// The board the ranks of this run write (private directory, named after huddle's pid).
-fn board_path() -> PathBuf {
-    simmer::board::default_dir().join(format!("huddle-run-{}.board", std::process::id()))
-}
-
-/// Prepends a library to LD_PRELOAD for the program (the detection agent comes first).
-fn preload(lib: &std::path::Path) {
-    let mut v = lib.as_os_str().to_os_string();
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
-        v.push(" ");
-        v.push(old);
-    }
-    std::env::set_var("LD_PRELOAD", v);
-}
-
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     detect::signals::install_pause();
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     // A missing program is reported by the session below (exit 127).
     if args.common.policy == "simmer" && detect::resolve_program(program).is_some() {
-        preload(&crate::agent::pmpi_library(program).map_err(bad_input)?);
+        crate::agent::preload(&crate::agent::pmpi_library(program).map_err(bad_input)?);
     }
     let (target, policy, machine) = check(&args.common, None)?;
-    let mpi = mpi_setup(&args.common, program)?;
+    let mpi = crate::agent::mpi_setup(
+        args.common.source.as_deref(),
+        program,
+        args.common.block_size,
+        args.common.policy == "simmer",
+        args.common
+            .report
+            .as_ref()
+            .map(|r| r.join("rank-matrix.csv")),
+    )?;
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),

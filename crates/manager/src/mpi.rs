@@ -102,6 +102,23 @@ pub fn merge(
     (out, src)
 }
 
+/// Sources of a symmetrized matrix: a cell is MPI's if either direction is, else faults' if
+/// either direction is.
+pub fn symmetric_sources(src: &[Vec<CellSource>]) -> Vec<Vec<CellSource>> {
+    let n = src.len();
+    (0..n)
+        .map(|i| {
+            (0..n)
+                .map(|j| match (src[i][j], src[j][i]) {
+                    (CellSource::Mpi, _) | (_, CellSource::Mpi) => CellSource::Mpi,
+                    (CellSource::Faults, _) | (_, CellSource::Faults) => CellSource::Faults,
+                    _ => CellSource::None,
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// For each task, the rank whose MPI-calling thread it is (see [`merge`]).
 pub fn rank_threads(tasks: &[TaskInfo], rank_pids: &[u32]) -> Vec<Option<usize>> {
     tasks
@@ -287,6 +304,20 @@ mod tests {
             SourceMode::Both,
         );
         assert_eq!(m.to_rows(), faults.to_rows());
+    }
+
+    #[test]
+    fn symmetric_sources_prefer_mpi_then_faults() {
+        use CellSource::*;
+        let src = vec![
+            vec![None, Mpi, None],
+            vec![Faults, None, None],
+            vec![Faults, None, None],
+        ];
+        let sym = symmetric_sources(&src);
+        assert_eq!(sym[0], vec![None, Mpi, Faults]);
+        assert_eq!(sym[1], vec![Mpi, None, None]);
+        assert_eq!(sym[2][0], Faults);
     }
 
     #[test]

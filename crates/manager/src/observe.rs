@@ -85,20 +85,11 @@ impl Observer for Detected {
         let (faults, tasks) = self.faults();
         let (pids, ranks) = m.ranks();
         let src = mpi::merge(&faults, &tasks, pids, &ranks, *mode).1;
-        // The report's matrix is symmetrized: a cell is MPI's if either direction is.
-        let n = src.len();
+        // The report's matrix is symmetrized, and so are the sources.
         Some(
-            (0..n)
-                .map(|i| {
-                    (0..n)
-                        .map(|j| match (src[i][j], src[j][i]) {
-                            (CellSource::Mpi, _) | (_, CellSource::Mpi) => CellSource::Mpi,
-                            (CellSource::Faults, _) | (_, CellSource::Faults) => CellSource::Faults,
-                            _ => CellSource::None,
-                        })
-                        .map(CellSource::name)
-                        .collect()
-                })
+            mpi::symmetric_sources(&src)
+                .into_iter()
+                .map(|r| r.into_iter().map(CellSource::name).collect())
                 .collect(),
         )
     }
