@@ -31,8 +31,23 @@ fn json(p: &Path) -> serde_json::Value {
 }
 
 fn detect(dir: &Path, extra: &[&str], cmd: &[&str]) -> std::process::Output {
+    detect_scoped(dir, extra, cmd, None)
+}
+
+/// `scope`: HUDDLE_PERF_SCOPE for the detector ("task": per-task perf events).
+fn detect_scoped(
+    dir: &Path,
+    extra: &[&str],
+    cmd: &[&str],
+    scope: Option<&str>,
+) -> std::process::Output {
     let out = dir.join("m.csv");
     let mut c = Command::new(huddle());
+    if let Some(s) = scope {
+        c.env("HUDDLE_PERF_SCOPE", s);
+    } else {
+        c.env_remove("HUDDLE_PERF_SCOPE");
+    }
     c.env("HUDDLE_AGENT", agent())
         .arg("detect")
         .arg("--out")
@@ -71,12 +86,16 @@ fn ranks(doc: &serde_json::Value, wl: &serde_json::Value, processes: bool) -> Ve
 }
 
 fn distant_pairs(mode: &str) {
-    let d = tmp(&format!("dp-{mode}"));
+    distant_pairs_scoped(mode, None);
+}
+
+fn distant_pairs_scoped(mode: &str, scope: Option<&str>) {
+    let d = tmp(&format!("dp-{mode}-{}", scope.unwrap_or("default")));
     let wl_dir = d.join("wl");
     let processes = mode == "processes";
     let extra: &[&str] = if processes { &["--processes"] } else { &[] };
     let flag = format!("--{mode}");
-    let o = detect(
+    let o = detect_scoped(
         &d,
         extra,
         &[
@@ -90,6 +109,7 @@ fn distant_pairs(mode: &str) {
             "--out-dir",
             wl_dir.to_str().unwrap(),
         ],
+        scope,
     );
     assert_eq!(
         o.status.code(),
@@ -98,6 +118,23 @@ fn distant_pairs(mode: &str) {
         String::from_utf8_lossy(&o.stderr)
     );
     let doc = json(&d.join("m.json"));
+    // Per-task events when asked for, or without the privilege for system-wide ones.
+    let privileged = unsafe { libc::geteuid() } == 0
+        || std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+            .is_ok_and(|p| p.trim().parse::<i32>().is_ok_and(|v| v <= 0));
+    let want = if scope == Some("task") || !privileged {
+        "per-task events"
+    } else {
+        "system-wide events"
+    };
+    let note = doc["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .find(|s| s["name"] == "perf page faults")
+        .and_then(|s| s["note"].as_str())
+        .unwrap_or_default();
+    assert!(note.contains(want), "perf source note: {note}");
     let wl = json(&wl_dir.join("workload.json"));
     assert_eq!(
         wl["read_errors"].as_u64(),
@@ -134,6 +171,11 @@ fn distant_pairs_processes_strongest_partner_is_i_plus_4() {
 #[test]
 fn distant_pairs_threads_strongest_partner_is_i_plus_4() {
     distant_pairs("threads");
+}
+
+#[test]
+fn distant_pairs_with_per_task_perf_events() {
+    distant_pairs_scoped("processes", Some("task"));
 }
 
 fn same_checksum(mode: &str) {

@@ -74,6 +74,9 @@ pub struct Config {
     pub table_slots: usize,
     /// Data pages per CPU ring buffer (power of two).
     pub ring_pages: usize,
+    /// Open perf events per task even where system-wide ones are allowed (see crate::perf:
+    /// per-task events cost context switches). Default: HUDDLE_PERF_SCOPE=task.
+    pub per_task_perf: bool,
     pub granularity: Granularity,
     /// None: first-touch faults only.
     pub agent: Option<AgentConfig>,
@@ -88,6 +91,7 @@ impl Default for Config {
             block_size: 256,
             table_slots: 1 << 20,
             ring_pages: 256,
+            per_task_perf: std::env::var("HUDDLE_PERF_SCOPE").is_ok_and(|v| v == "task"),
             granularity: Granularity::Thread,
             agent: None,
             page_owners: 0,
@@ -241,6 +245,8 @@ pub struct Session {
     shift: u32,
     granularity: Granularity,
     perf: Option<PerfSource>,
+    /// With system-wide perf events: the program's processes, whose records are kept.
+    tree: Option<std::collections::HashSet<u32>>,
     dir: Option<PathBuf>,
     rings: HashMap<PathBuf, AgentRing>,
     /// The ring of each process with an agent.
@@ -380,6 +386,7 @@ impl Session {
             shift: cfg.block_size.trailing_zeros(),
             granularity: cfg.granularity,
             perf: None,
+            tree: None,
             dir: None,
             rings: HashMap::new(),
             ring_of_pid: HashMap::new(),
@@ -512,9 +519,12 @@ impl Session {
         }
         self.pid = pid;
         self.spawned = true;
-        match PerfSource::open(&[pid], true, cfg.ring_pages) {
+        match open_perf(cfg, || PerfSource::open(&[pid], true, cfg.ring_pages)) {
             Ok(p) => {
                 self.sources.push(perf_status(&p, true));
+                if p.system_wide {
+                    self.tree = Some([pid as u32].into_iter().collect());
+                }
                 self.perf = Some(p);
             }
             Err(e) => {
@@ -609,8 +619,15 @@ impl Session {
         let no_source = |e: PerfError| DetectError::NoSource {
             perf: e.to_string(),
         };
-        let mut p = PerfSource::open(&tids, false, cfg.ring_pages).map_err(no_source)?;
-        for _ in 0..5 {
+        let mut p =
+            open_perf(cfg, || PerfSource::open(&tids, false, cfg.ring_pages)).map_err(no_source)?;
+        if p.system_wide {
+            // Open before listing: whatever starts after the list is seen by its FORK record.
+            tasks = list();
+            seen.extend(tasks.iter().copied());
+            self.tree = Some(tasks.iter().map(|&(p, _)| p).collect());
+        }
+        for _ in 0..if p.system_wide { 0 } else { 5 } {
             let new: Vec<(u32, u32)> = list()
                 .into_iter()
                 .filter(|task| seen.insert(*task))
@@ -768,6 +785,11 @@ impl Session {
         let ready = batch.partition_point(|(t, _)| *t < cut);
         let mut n = 0;
         for (_, r) in batch.drain(..ready) {
+            if let Some(tree) = self.tree.as_mut() {
+                if !in_tree(tree, &r) {
+                    continue;
+                }
+            }
             match r {
                 Record::Fault {
                     pid,
@@ -780,7 +802,7 @@ impl Session {
                         n += 1;
                     }
                 }
-                Record::Fork { pid, tid, time } => {
+                Record::Fork { pid, tid, time, .. } => {
                     self.register(pid, tid, time);
                 }
                 Record::Exit { pid, tid, .. } => {
@@ -1238,13 +1260,56 @@ fn map_ring(path: &Path) -> Option<AgentRing> {
     ok.then_some(r)
 }
 
+/// System-wide perf events where allowed (they cost the program no context-switch time),
+/// else `per_task`. A system-wide failure other than a missing privilege is an error.
+fn open_perf(
+    cfg: &Config,
+    per_task: impl FnOnce() -> Result<PerfSource, PerfError>,
+) -> Result<PerfSource, PerfError> {
+    if cfg.per_task_perf {
+        return per_task();
+    }
+    match PerfSource::open_system_wide(cfg.ring_pages) {
+        Err(PerfError::Permission { .. }) => per_task(),
+        r => r,
+    }
+}
+
+/// Whether a record of a system-wide event belongs to the program (`tree`: its processes),
+/// adding the processes it starts.
+fn in_tree(tree: &mut std::collections::HashSet<u32>, r: &Record) -> bool {
+    match r {
+        Record::Fork { pid, ppid, .. } => {
+            if tree.contains(pid) || tree.contains(ppid) {
+                tree.insert(*pid);
+                true
+            } else {
+                false
+            }
+        }
+        Record::Fault { pid, .. } | Record::Exit { pid, .. } | Record::Comm { pid, .. } => {
+            tree.contains(pid)
+        }
+        Record::Lost { .. } => true,
+    }
+}
+
 fn perf_status(p: &PerfSource, spawn: bool) -> SourceStatus {
     SourceStatus {
         name: "perf page faults".into(),
         active: true,
         note: format!(
-            "PERF_COUNT_SW_PAGE_FAULTS, period 1, per-CPU rings, inherited{}{}",
-            if spawn { ", enabled at exec" } else { "" },
+            "PERF_COUNT_SW_PAGE_FAULTS, period 1, per-CPU rings, {}{}{}",
+            if p.system_wide {
+                "system-wide events filtered to the program's processes"
+            } else {
+                "per-task events, inherited"
+            },
+            if spawn && !p.system_wide {
+                ", enabled at exec"
+            } else {
+                ""
+            },
             if p.exclude_kernel {
                 format!(
                     "; user-mode faults only (kernel.perf_event_paranoid = {}, not CAP_PERFMON)",
