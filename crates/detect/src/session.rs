@@ -247,6 +247,12 @@ pub struct Session {
     perf: Option<PerfSource>,
     /// With system-wide perf events: the program's processes, whose records are kept.
     tree: Option<std::collections::HashSet<u32>>,
+    /// A pidfd of the program's main process, readable once it ended: `wait` returns then
+    /// (system-wide perf rings do not hang up when the program's tasks exit). Closed once it
+    /// fired; from then on `wait` waits at most ENDING_WAIT (the leader's exit is signalled
+    /// before its last threads are gone and it can be reaped).
+    pidfd: std::cell::Cell<i32>,
+    ending: std::cell::Cell<bool>,
     dir: Option<PathBuf>,
     rings: HashMap<PathBuf, AgentRing>,
     /// The ring of each process with an agent.
@@ -286,6 +292,8 @@ const MAPS_MAX_AGE_NS: u64 = 500_000_000;
 /// For a process whose agent says its maps text has not changed (the agent reads it every
 /// second): re-reading every 500 ms was a third of huddle's CPU with 8 processes.
 const AGENT_MAPS_MAX_AGE_NS: u64 = 4_000_000_000;
+/// How long `wait` waits at most once the program's main process ended.
+const ENDING_WAIT: Duration = Duration::from_millis(5);
 /// New agent rings (processes started) are looked for at most this often.
 const RING_SCAN_NS: u64 = 100_000_000;
 /// How long a fault on private memory keeps counting in the sharer table (see fault). The
@@ -387,6 +395,8 @@ impl Session {
             granularity: cfg.granularity,
             perf: None,
             tree: None,
+            pidfd: std::cell::Cell::new(-1),
+            ending: std::cell::Cell::new(false),
             dir: None,
             rings: HashMap::new(),
             ring_of_pid: HashMap::new(),
@@ -518,6 +528,7 @@ impl Session {
             libc::close(err[1]);
         }
         self.pid = pid;
+        self.pidfd.set(pidfd_open(pid));
         self.spawned = true;
         match open_perf(cfg, || PerfSource::open(&[pid], true, cfg.ring_pages)) {
             Ok(p) => {
@@ -615,6 +626,7 @@ impl Session {
             return Err(DetectError::NoSuchProcess(pid));
         }
         self.pid = pid;
+        self.pidfd.set(pidfd_open(pid));
         let tids: Vec<i32> = tasks.iter().map(|&(_, t)| t as i32).collect();
         let no_source = |e: PerfError| DetectError::NoSource {
             perf: e.to_string(),
@@ -668,7 +680,16 @@ impl Session {
 
     /// Waits up to `timeout` for a ring buffer to pass its watermark (or the target to exit).
     pub fn wait(&self, timeout: Duration) {
-        let fds = self.perf.as_ref().map(|p| p.fds()).unwrap_or_default();
+        let timeout = if self.ending.get() {
+            timeout.min(ENDING_WAIT)
+        } else {
+            timeout
+        };
+        let mut fds = self.perf.as_ref().map(|p| p.fds()).unwrap_or_default();
+        let pidfd = self.pidfd.get();
+        if pidfd >= 0 {
+            fds.push(pidfd);
+        }
         if fds.is_empty() {
             std::thread::sleep(timeout);
             return;
@@ -689,6 +710,14 @@ impl Session {
                 timeout.as_millis() as i32,
             )
         };
+        if pidfd >= 0 && pfds.last().is_some_and(|p| p.revents != 0) {
+            // The program's main process ended: return now, and never wait on it again.
+            // SAFETY: the fd is ours and no longer used.
+            unsafe { libc::close(pidfd) };
+            self.pidfd.set(-1);
+            self.ending.set(true);
+            return;
+        }
         // POLLHUP stays set once tasks exited; do not spin on it.
         if r > 0 && pfds.iter().all(|p| p.revents & libc::POLLIN == 0) {
             std::thread::sleep(timeout.min(Duration::from_millis(10)));
@@ -1207,6 +1236,10 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        if self.pidfd.get() >= 0 {
+            // SAFETY: the fd is ours.
+            unsafe { libc::close(self.pidfd.get()) };
+        }
         self.rings.clear();
         if let Some(d) = &self.dir {
             let _ = std::fs::remove_dir_all(d);
@@ -1258,6 +1291,19 @@ fn map_ring(path: &Path) -> Option<AgentRing> {
     let ok = view.header().magic == ring::MAGIC && view.header().version == ring::VERSION;
     let r = AgentRing { view, base, len };
     ok.then_some(r)
+}
+
+/// A pidfd of `pid` (Linux 5.3+), or -1 where the kernel has none.
+fn pidfd_open(pid: i32) -> i32 {
+    // SAFETY: pidfd_open takes a pid and flags and returns an fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd >= 0 {
+        // SAFETY: fd is ours; children must not inherit it.
+        unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
+        fd as i32
+    } else {
+        -1
+    }
 }
 
 /// System-wide perf events where allowed (they cost the program no context-switch time),
