@@ -114,6 +114,19 @@ else
   fail "singleton: $(tail -3 "$tmp/log"; grep -o '"mpi: [^"]*' "$dir/run.json" 2>/dev/null)"
 fi
 
+# Without --report: nothing of the run stays beside the boards, and the agent says nothing on
+# the program's stderr.
+boards=${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/huddle}
+boards=${boards:-/tmp/huddle-$(id -u)}
+before=$(ls "$boards" 2>/dev/null | grep -c '^huddle-run-' || true)
+out=$(timeout 120 "$huddle" run --quiet -- mpirun.mpich -np 2 build/mpi/mpich/traffic "$tmp/expected.csv" 2>&1) && rc=0 || rc=$?
+after=$(ls "$boards" 2>/dev/null | grep -c '^huddle-run-' || true)
+if [ $rc = 0 ] && [ "$before" = "$after" ] && ! grep -q 'huddle-pmpi' <<<"$out"; then
+  pass "no --report: no board or rank matrix left in $boards, no agent line on stderr"
+else
+  fail "no --report: exit $rc, huddle-run-* files $before -> $after, output '$out'"
+fi
+
 # --source faults: no agent, no MPI cells.
 dir=$tmp/faults
 if timeout 120 "$huddle" run --quiet --policy none --source faults --report "$dir" -- mpirun.mpich -np 2 \

@@ -119,18 +119,25 @@ pub fn board_path() -> PathBuf {
     simmer::board::default_dir().join(format!("huddle-run-{}.board", std::process::id()))
 }
 
+/// Where the ranks' rank matrix goes when the user asked for none: beside the board, removed
+/// after the run.
+pub fn scratch_rank_matrix() -> PathBuf {
+    board_path().with_extension("csv")
+}
+
 /// MPI ranks among the program's tasks: the PMPI agent built for the program's MPI is
 /// preloaded into them, and the board they write is read into the matrix (`source`:
 /// --source as given). None where the command is no MPI program huddle recognises, its agent
 /// is not built, or --source faults; each of those but the last says so in one line, and
 /// page faults go on alone. `preloaded`: --policy simmer did the preload and named the
-/// board already. `rank_matrix`: where rank 0 writes the rank matrix at MPI_Finalize.
+/// board already. `rank_matrix`: where rank 0 writes the rank matrix at MPI_Finalize (set
+/// always: without it the agent writes beside the board and says so on the program's stderr).
 pub fn mpi_setup(
     source: Option<&str>,
     program: &std::ffi::OsStr,
     block_size: u64,
     preloaded: bool,
-    rank_matrix: Option<PathBuf>,
+    rank_matrix: PathBuf,
 ) -> anyhow::Result<Option<(MpiTraffic, SourceMode)>> {
     let asked = source
         .map(SourceMode::parse)
@@ -169,15 +176,13 @@ pub fn mpi_setup(
             .mode(0o700)
             .create(simmer::board::default_dir())?;
         std::env::set_var("HUDDLE_BOARD", board_path());
-        if let Some(path) = rank_matrix {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)?;
-            }
-            std::env::set_var("HUDDLE_RANK_MATRIX", path);
+        if let Some(dir) = rank_matrix.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
         }
+        std::env::set_var("HUDDLE_RANK_MATRIX", rank_matrix);
     }
     Ok(Some((
         MpiTraffic::new(board_path(), block_size),

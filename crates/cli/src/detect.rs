@@ -249,7 +249,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         program,
         args.block_size,
         false,
-        Some(with_suffix(&args.out, ".ranks.csv")),
+        with_suffix(&args.out, ".ranks.csv"),
     )?;
     let target = Target::Spawn {
         program: program.clone(),

@@ -249,6 +249,8 @@ fn simmer_policy(
             .mode(0o700)
             .create(report)?;
         std::env::set_var("HUDDLE_RANK_MATRIX", report.join("rank-matrix.csv"));
+    } else {
+        std::env::set_var("HUDDLE_RANK_MATRIX", crate::agent::scratch_rank_matrix());
     }
     Ok(Box::new(manager::simmer_policy::Simmer::new(
         board,
@@ -273,7 +275,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         args.common
             .report
             .as_ref()
-            .map(|r| r.join("rank-matrix.csv")),
+            .map_or_else(crate::agent::scratch_rank_matrix, |r| {
+                r.join("rank-matrix.csv")
+            }),
     )?;
     let session = detect::Session::start(
         detect::Target::Spawn {
@@ -310,6 +314,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if let Some((m, _)) = &obs.mpi {
         // Named by us, so the agent leaves it for a reader: nobody reads it after the run.
         let _ = std::fs::remove_file(m.path());
+    }
+    if args.common.report.is_none() {
+        let _ = std::fs::remove_file(crate::agent::scratch_rank_matrix());
     }
     finish(&args.common, &data);
     Ok(match (data.info.exit_code, data.info.exit_signal) {
