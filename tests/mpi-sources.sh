@@ -127,6 +127,32 @@ else
   fail "no --report: exit $rc, huddle-run-* files $before -> $after, output '$out'"
 fi
 
+# attach to a job whose ranks run with the agent preloaded by the user: the board is found by
+# the ranks' pids and merged; the job runs on to its end with its known traffic.
+timeout 120 mpirun.mpich -np 2 -genv LD_PRELOAD "$PWD/build/mpi/mpich/libhuddle_pmpi.so" \
+  -genv HUDDLE_RANK_MATRIX "$tmp/attach-ranks.csv" build/mpi/mpich/idleness 1 400 65536 10000 \
+  >"$tmp/attach-job.log" 2>&1 &
+job=$!
+sleep 1
+if timeout 60 "$huddle" attach --quiet --policy none --seconds 2 --report "$tmp/attach" "$job" >"$tmp/log" 2>&1 &&
+  grep -q 'PMPI agent (MPI bytes between ranks)' "$tmp/attach/run.json" &&
+  grep -q mpi "$tmp/attach/matrix-sources.csv"; then
+  pass "attach: the running job's board found and merged ($(grep -o '"mpi: [^"]*' "$tmp/attach/run.json" | cut -c2-60)...)"
+else
+  fail "attach: $(tail -3 "$tmp/log"; grep -o '"mpi: [^"]*' "$tmp/attach/run.json" 2>/dev/null)"
+fi
+if wait "$job" && [ -s "$tmp/attach-ranks.csv" ]; then
+  pass "attach: the job ran on to its end and wrote its rank matrix"
+else
+  fail "attach: the job did not end normally: $(tail -3 "$tmp/attach-job.log")"
+fi
+out=$("$huddle" attach --source mpi --seconds 1 $$ 2>&1) && rc=0 || rc=$?
+if [ $rc = 0 ] && grep -q 'no PMPI board' <<<"$out"; then
+  pass "attach --source mpi without a board: one line, page faults alone"
+else
+  fail "attach --source mpi without a board: exit $rc, '$out'"
+fi
+
 # --source faults: no agent, no MPI cells.
 dir=$tmp/faults
 if timeout 120 "$huddle" run --quiet --policy none --source faults --report "$dir" -- mpirun.mpich -np 2 \

@@ -189,3 +189,27 @@ pub fn mpi_setup(
         asked.unwrap_or(SourceMode::Both),
     )))
 }
+
+/// The board of a job already running under the PMPI agent (preloaded by the user, or by a
+/// `huddle run`), found in the default board directory by its ranks' pids, any of which is in
+/// `tree`: attach cannot preload the agent, but it can read a board that is there.
+pub fn board_of_tree(tree: &[u32]) -> Option<PathBuf> {
+    let mut found = None;
+    for entry in std::fs::read_dir(simmer::board::default_dir())
+        .ok()?
+        .flatten()
+    {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "board") {
+            continue;
+        }
+        let Ok(snap) = simmer::board::Board::open(&path).and_then(|b| b.snapshot()) else {
+            continue;
+        };
+        if snap.ranks.iter().any(|r| r.alive && tree.contains(&r.pid)) {
+            found = Some(path);
+            break;
+        }
+    }
+    found
+}

@@ -133,18 +133,7 @@ fn merged(s: &Session, rows: &[usize], mpi: &Mpi) -> Merged {
             row_mpi_ranks: None,
         };
     };
-    let all = s.tasks();
-    let whole_process = s.granularity() == Granularity::Process;
-    let tasks: Vec<manager::run::TaskInfo> = rows
-        .iter()
-        .map(|&i| manager::run::TaskInfo {
-            tid: all[i].tid,
-            pid: all[i].pid,
-            comm: all[i].comm.clone(),
-            first_seen: all[i].first_seen_ms / 1000.0,
-            whole_process,
-        })
-        .collect();
+    let tasks = manager::observe::task_infos(s, rows);
     let (pids, ranks) = m.ranks();
     let (matrix, src) = manager::mpi::merge(&faults, &tasks, pids, &ranks, *mode);
     // The fault matrix is symmetric; the ranks' bytes are per direction.

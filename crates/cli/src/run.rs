@@ -2,7 +2,7 @@
 
 use crate::exit::bad_input;
 use manager::control::Controller;
-use manager::mpi::SourceMode;
+use manager::mpi::{MpiTraffic, SourceMode};
 use manager::observe::Detected;
 use manager::run::{self, Config};
 use std::ffi::OsString;
@@ -105,8 +105,10 @@ pub struct RunArgs {
     and every process below it (an mpirun and its ranks) are followed, with all their threads; \
     tasks started later are picked up too. Tasks are only placed on the CPUs the program may \
     already run on (the union of its threads' affinity masks, which the kernel keeps inside \
-    their cpuset). huddle only acts on processes its user may ptrace. Stops when the program \
-    ends, after --seconds, or on SIGINT; the program runs on."
+    their cpuset). MPI ranks that already run with the PMPI agent preloaded write a board in \
+    huddle's board directory: attach finds it by the ranks' pids and merges their exact \
+    traffic as `huddle run` does (--source). huddle only acts on processes its user may \
+    ptrace. Stops when the program ends, after --seconds, or on SIGINT; the program runs on."
 )]
 pub struct AttachArgs {
     #[command(flatten)]
@@ -333,16 +335,13 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
             "--policy simmer needs the PMPI agent preloaded into the ranks: start the program with `huddle run`",
         ));
     }
-    // attach cannot preload the PMPI agent into ranks that already run.
-    match args.common.source.as_deref().map(SourceMode::parse) {
-        Some(Err(e)) => return Err(bad_input(e)),
-        Some(Ok(SourceMode::Mpi | SourceMode::Both)) => {
-            return Err(bad_input(
-                "--source mpi and both need the PMPI agent preloaded into the ranks: start the program with `huddle run`",
-            ))
-        }
-        _ => {}
-    }
+    let asked = args
+        .common
+        .source
+        .as_deref()
+        .map(SourceMode::parse)
+        .transpose()
+        .map_err(bad_input)?;
     if args.pid <= 0 {
         return Err(bad_input(format!("{}: not a process id", args.pid)));
     }
@@ -356,6 +355,29 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         return Err(bad_input(format!("process {}: no such process", args.pid)));
     }
     let (target, policy, machine) = check(&args.common, Some(&cpus))?;
+    // attach cannot preload the PMPI agent, but ranks that run with it write a board.
+    let mpi = match asked {
+        Some(SourceMode::Faults) => None,
+        _ => {
+            let tree = manager::procs::process_tree(args.pid as u32);
+            match crate::agent::board_of_tree(&tree) {
+                Some(board) => Some((
+                    MpiTraffic::new(board, args.common.block_size),
+                    asked.unwrap_or(SourceMode::Both),
+                )),
+                None => {
+                    if asked.is_some() {
+                        eprintln!(
+                            "huddle: no PMPI board of process {}'s ranks in {} (attach cannot preload the agent; start the ranks with it, or the program with `huddle run`): page faults alone",
+                            args.pid,
+                            simmer::board::default_dir().display()
+                        );
+                    }
+                    None
+                }
+            }
+        }
+    };
     let session = detect::Session::start(
         detect::Target::Attach(args.pid),
         &detect_config(&args.common, false),
@@ -369,7 +391,7 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     let mut obs = Detected {
         session,
         spawned: false,
-        mpi: None,
+        mpi,
     };
     let mut cfg = config(
         &args.common,

@@ -30,20 +30,26 @@ impl Detected {
     /// The page-fault matrix over the program tasks, and those tasks.
     fn faults(&self) -> (CommMatrix, Vec<TaskInfo>) {
         let rows = self.program_rows();
-        let all = self.session.tasks();
-        let whole_process = self.session.granularity() == detect::Granularity::Process;
-        let tasks = rows
-            .iter()
-            .map(|&i| TaskInfo {
-                tid: all[i].tid,
-                pid: all[i].pid,
-                comm: all[i].comm.clone(),
-                first_seen: all[i].first_seen_ms / 1000.0,
-                whole_process,
-            })
-            .collect();
-        (self.session.matrix_of(&rows), tasks)
+        (
+            self.session.matrix_of(&rows),
+            task_infos(&self.session, &rows),
+        )
     }
+}
+
+/// The session's tasks `rows` as the loop and the MPI merge know them.
+pub fn task_infos(session: &Session, rows: &[usize]) -> Vec<TaskInfo> {
+    let all = session.tasks();
+    let whole_process = session.granularity() == detect::Granularity::Process;
+    rows.iter()
+        .map(|&i| TaskInfo {
+            tid: all[i].tid,
+            pid: all[i].pid,
+            comm: all[i].comm.clone(),
+            first_seen: all[i].first_seen_ms / 1000.0,
+            whole_process,
+        })
+        .collect()
 }
 
 impl Observer for Detected {
