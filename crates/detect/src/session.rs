@@ -1383,7 +1383,38 @@ fn hw_sampling_note() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::age_rows;
+    use super::{age_rows, in_tree, Record};
+
+    #[test]
+    fn system_wide_records_are_kept_for_the_tree_and_what_it_starts() {
+        let mut tree: std::collections::HashSet<u32> = [10].into_iter().collect();
+        let fault = |pid| Record::Fault {
+            pid,
+            tid: pid,
+            time: 0,
+            addr: 0,
+            cpu: 0,
+        };
+        let fork = |pid, ppid| Record::Fork {
+            pid,
+            ppid,
+            tid: pid,
+            time: 0,
+        };
+        assert!(in_tree(&mut tree, &fault(10)));
+        assert!(!in_tree(&mut tree, &fault(99)), "another program's fault");
+        assert!(
+            !in_tree(&mut tree, &fork(98, 97)),
+            "another program's child"
+        );
+        assert!(!tree.contains(&98));
+        // A child of the program (an mpirun's rank), then its own child and its thread.
+        assert!(in_tree(&mut tree, &fork(11, 10)));
+        assert!(in_tree(&mut tree, &fork(12, 11)));
+        assert!(in_tree(&mut tree, &fork(12, 12)));
+        assert!(in_tree(&mut tree, &fault(12)));
+        assert!(in_tree(&mut tree, &Record::Lost { lost: 3 }));
+    }
 
     #[test]
     fn ageing_takes_a_quarter_rounded_down() {
