@@ -226,31 +226,7 @@ impl PerfSource {
                     }
                     Err(e) => return Err(e),
                 };
-                let len = data_bytes + page;
-                // SAFETY: mapping a perf fd as documented: 1 + 2^n pages, shared.
-                let base = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_SHARED,
-                        fd,
-                        0,
-                    )
-                };
-                if base == libc::MAP_FAILED {
-                    let err = io::Error::last_os_error();
-                    // SAFETY: fd is ours.
-                    unsafe { libc::close(fd) };
-                    return Err(PerfError::Mmap { bytes: len, err });
-                }
-                src.rings.push(Ring {
-                    fd,
-                    base: base as *mut u8,
-                    len,
-                    data_size: data_bytes as u64,
-                });
-                src.cpu_rings.push((cpu, src.rings.len() - 1));
+                src.map_ring(fd, cpu, data_bytes)?;
                 src.add_on(&tids[k + 1..], cpu, src.rings.len() - 1, false)?;
                 break;
             }
@@ -286,34 +262,41 @@ impl PerfSource {
         };
         for cpu in online_cpus() {
             let fd = src.open_event(-1, cpu)?;
-            let len = data_bytes + page;
-            // SAFETY: mapping a perf fd as documented: 1 + 2^n pages, shared.
-            let base = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd,
-                    0,
-                )
-            };
-            if base == libc::MAP_FAILED {
-                let err = io::Error::last_os_error();
-                // SAFETY: fd is ours.
-                unsafe { libc::close(fd) };
-                return Err(PerfError::Mmap { bytes: len, err });
-            }
-            src.rings.push(Ring {
-                fd,
-                base: base as *mut u8,
-                len,
-                data_size: data_bytes as u64,
-            });
-            src.cpu_rings.push((cpu, src.rings.len() - 1));
+            src.map_ring(fd, cpu, data_bytes)?;
         }
         src.enable();
         Ok(src)
+    }
+
+    /// Maps `fd`'s ring (one control page and `data_bytes`) as CPU `cpu`'s ring; closes
+    /// `fd` when that fails.
+    fn map_ring(&mut self, fd: i32, cpu: i32, data_bytes: usize) -> Result<(), PerfError> {
+        let len = data_bytes + page_size();
+        // SAFETY: mapping a perf fd as documented: 1 + 2^n pages, shared.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let err = io::Error::last_os_error();
+            // SAFETY: fd is ours.
+            unsafe { libc::close(fd) };
+            return Err(PerfError::Mmap { bytes: len, err });
+        }
+        self.rings.push(Ring {
+            fd,
+            base: base as *mut u8,
+            len,
+            data_size: data_bytes as u64,
+        });
+        self.cpu_rings.push((cpu, self.rings.len() - 1));
+        Ok(())
     }
 
     /// Opens the event of `tid` on `cpu` (not mapped, disabled).

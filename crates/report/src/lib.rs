@@ -184,6 +184,20 @@ fn read_json<T: for<'a> Deserialize<'a>>(dir: &Path, name: &str) -> Result<T, Re
     })
 }
 
+/// The matrix in `dir/name`, or None when there is no such file.
+fn read_matrix(dir: &Path, name: &str) -> Result<Option<CommMatrix>, ReportError> {
+    let path = dir.join(name);
+    if !path.exists() {
+        return Ok(None);
+    }
+    CommMatrix::read(&path)
+        .map(Some)
+        .map_err(|e| ReportError::Format {
+            path,
+            reason: e.to_string(),
+        })
+}
+
 impl RunData {
     /// Writes the raw data files (0600) into `dir` (created 0700 if missing).
     pub fn save(&self, dir: &Path) -> Result<(), ReportError> {
@@ -227,28 +241,8 @@ impl RunData {
             });
         }
         let info: RunInfo = read_json(dir, "run.json")?;
-        let matrix_path = dir.join("matrix.csv");
-        let matrix = if matrix_path.exists() {
-            Some(
-                CommMatrix::read(&matrix_path).map_err(|e| ReportError::Format {
-                    path: matrix_path.clone(),
-                    reason: e.to_string(),
-                })?,
-            )
-        } else {
-            None
-        };
-        let faults_path = dir.join("matrix-faults.csv");
-        let matrix_faults = if faults_path.exists() {
-            Some(
-                CommMatrix::read(&faults_path).map_err(|e| ReportError::Format {
-                    path: faults_path.clone(),
-                    reason: e.to_string(),
-                })?,
-            )
-        } else {
-            None
-        };
+        let matrix = read_matrix(dir, "matrix.csv")?;
+        let matrix_faults = read_matrix(dir, "matrix-faults.csv")?;
         let sources_path = dir.join("matrix-sources.csv");
         let matrix_sources = match std::fs::read_to_string(&sources_path) {
             Ok(text) => Some(
