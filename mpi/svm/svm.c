@@ -932,9 +932,55 @@ static char *map_shm(const char *tag, const char *what, size_t bytes, int create
 
 static int data_fd = -1;
 
+/* Open MPI's default one-sided component on a machine without InfiniBand (osc rdma emulating
+ * atomics on the vader BTL) crashes in compare-and-swap to the calling process
+ * (mca_btl_vader_emu_acswap, Open MPI 4.1), which the ni protocol's locks use, and osc pt2pt
+ * refuses MPI_THREAD_MULTIPLE; osc ucx works but, unless asked for, steps aside when UCX finds no
+ * InfiniBand device.  So when the user has not chosen a component (mpirun --mca osc X and
+ * OMPI_MCA_osc both arrive as this environment variable), svm asks for ucx before MPI_Init. */
+static int choose_osc(void) {
+#ifdef OPEN_MPI
+    const char *chosen = getenv("OMPI_MCA_osc");
+    if (chosen && *chosen) return 0;
+    setenv("OMPI_MCA_osc", "ucx", 1);
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Says once (rank 0) which one-sided component svm chose, or that it could not choose. */
+static void report_osc(int chose, int we_init) {
+#ifdef OPEN_MPI
+    const char *chosen = getenv("OMPI_MCA_osc");
+    if (!we_init && !chosen) {
+        fprintf(stderr, "svm: MPI was initialised before svm_init with Open MPI's default one-sided "
+                        "component, whose compare-and-swap can crash over shared memory; set OMPI_MCA_osc=ucx\n");
+        return;
+    }
+    if (!chose) return;
+    /* a component's variables exist only while the component is loaded */
+    int prov, idx, loaded = 0;
+    if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &prov) == MPI_SUCCESS) {
+        loaded = MPI_T_cvar_get_index("osc_ucx_priority", &idx) == MPI_SUCCESS;
+        MPI_T_finalize();
+    }
+    if (loaded)
+        fprintf(stderr, "svm: Open MPI one-sided component: ucx (chosen by svm because the default, "
+                        "osc rdma, crashes in compare-and-swap over shared memory; OMPI_MCA_osc overrides)\n");
+    else
+        fprintf(stderr, "svm: Open MPI has no usable osc ucx component; one-sided calls will fail "
+                        "(set OMPI_MCA_osc, see docs/svm.md)\n");
+#else
+    (void)chose;
+    (void)we_init;
+#endif
+}
+
 int svm_init(int *argc, char ***argv) {
     int inited, prov;
     MPI_Initialized(&inited);
+    int chose_osc = !inited && choose_osc();
     if (!inited) {
         if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &prov) != MPI_SUCCESS) return -1;
         we_init_mpi = 1;
@@ -944,6 +990,7 @@ int svm_init(int *argc, char ***argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Comm_rank(comm, &me);
     MPI_Comm_size(comm, &P);
+    if (me == 0) report_osc(chose_osc, we_init_mpi);
     if (prov < MPI_THREAD_MULTIPLE) {
         if (me == 0) fprintf(stderr, "svm: the MPI library does not provide MPI_THREAD_MULTIPLE\n");
         return -1;

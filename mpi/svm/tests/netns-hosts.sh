@@ -106,7 +106,7 @@ nh_mpirun() { # MPI (openmpi|mpich) NP program args...: NP ranks spread evenly, 
         set -- mpirun.openmpi --allow-run-as-root --host "$hosts" -np "$np" \
             --mca plm_rsh_agent "$NH_AGENT" --mca plm_rsh_no_tree_spawn 1 \
             --mca oob_tcp_if_include "$NH_NET.0/24" --mca btl self,vader,tcp \
-            --mca btl_tcp_if_include "$NH_NET.0/24" --mca osc ucx "${xs[@]}" "$@"
+            --mca btl_tcp_if_include "$NH_NET.0/24" "${xs[@]}" "$@"
     else
         set -- mpirun.mpich -launcher ssh -launcher-exec "$NH_AGENT" -hosts "$hosts" \
             -localhost "$NH_NET.1" -n "$np" "$@"
@@ -131,6 +131,15 @@ nh_test() { # MPI: the svm tests across the namespace hosts; prints ok/FAIL line
         nh_mpirun "$mpi" "$@" >"$NH_DIR/out" 2>&1
         rc=$?
         out=$(cat "$NH_DIR/out")
+        # Open MPI's TCP BTL gives up on a connect that the loaded 2-vCPU VM did not complete in
+        # time (a timeout outside MPI's control, open-mpi/ompi#11508); that run says nothing about
+        # svm, so it is run once more, and the retry is printed
+        if [ $rc -ne 0 ] && echo "$out" | grep -q "failed to TCP connect to a peer MPI process"; then
+            echo "note [$mpi, hosts $NH_HOSTS] $d: Open MPI's TCP connect timed out (rc $rc); running it again"
+            nh_mpirun "$mpi" "$@" >"$NH_DIR/out" 2>&1
+            rc=$?
+            out=$(cat "$NH_DIR/out")
+        fi
         if [ $rc -eq 0 ] && echo "$out" | grep -Eq "$want"; then
             echo "ok   [$mpi, hosts $NH_HOSTS] $d ($((SECONDS - t0)) s, $((($(nh_veth_bytes) - b0) / 1024)) KiB over the veths)"
         else

@@ -13,7 +13,10 @@ launch() { # np, env..., program args
     if [ "$mpi" = openmpi ]; then
         local xs=()
         for v in SVM_PROTOCOL SVM_NODE_SIZE SVM_TIMEOUT SVM_HOME SVM_PAGE_SIZE; do xs+=(-x "$v"); done
-        timeout 300 mpirun.openmpi --allow-run-as-root --oversubscribe --mca osc ucx "${xs[@]}" -np "$np" "$@"
+        # Open MPI's defaults, as a user's plain `mpirun -np N` gets them (svm picks its one-sided
+        # component itself); root and oversubscription allowed through the environment
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+            timeout 300 mpirun.openmpi "${xs[@]}" -np "$np" "$@"
     else
         timeout 300 mpirun.mpich -np "$np" "$@"
     fi
