@@ -116,6 +116,45 @@ static void physical_pool(int unprivileged) {
     /* Guest-physical addresses stay below 2^34 on this VM: all in controller 0. */
     CHECK(found > 0, "no bank of controller 0 had memory");
     huddle_pool_destroy(p);
+
+    /* A page in a chosen bank of a published x86 mapping (its default page granule): every
+     * (controller, bank) of a 64 MiB pool serves 1 byte, 64 bytes and a page exactly there. */
+    p = huddle_pool_create(64 << 20, "skylake-ddr4-2ch");
+    CHECK(p != NULL, "%s", huddle_last_error());
+    if (!p) return;
+    CHECK(huddle_pool_chunk_size(p) == 4096, "chunk %zu", huddle_pool_chunk_size(p));
+    size_t sizes[] = {1, 64, 4096};
+    for (int c = 0; c < huddle_pool_controllers(p); c++)
+        for (int b = 0; b < huddle_pool_banks(p); b++)
+            for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+                void *m = huddle_alloc(p, sizes[i], c, b, HUDDLE_ALLOC_EXACT);
+                int wc = -1, wb = -1;
+                CHECK(m != NULL, "%zu bytes at (%d, %d): %s", sizes[i], c, b, huddle_last_error());
+                CHECK(m && huddle_where(p, m, &wc, &wb) == 0 && wc == c && wb == b, "%zu at (%d, %d)", sizes[i], c, b);
+                huddle_free(p, m);
+            }
+    huddle_pool_destroy(p);
+
+    /* Line granule: a page cannot lie in one bank; the error says why (ENOTSUP). */
+    p = huddle_pool_create(4 << 20, "skylake-ddr4-2ch:granule=line");
+    CHECK(p != NULL, "%s", huddle_last_error());
+    if (!p) return;
+    errno = 0;
+    CHECK(huddle_alloc(p, 4096, 0, 0, HUDDLE_ALLOC_EXACT) == NULL && errno == ENOTSUP &&
+              strstr(huddle_last_error(), "every 128 bytes"),
+          "errno %d: %s", errno, huddle_last_error());
+    huddle_pool_destroy(p);
+
+    /* This machine's mapping: a usable pool on any CPU (the numa fallback where none is published). */
+    p = huddle_pool_create(4 << 20, NULL);
+    CHECK(p != NULL && huddle_pool_mapping(p) != NULL, "%s", huddle_last_error());
+    if (!p) return;
+    printf("this machine's mapping: %s (%d controllers x %d banks)\n", huddle_pool_mapping(p),
+           huddle_pool_controllers(p), huddle_pool_banks(p));
+    void *m = huddle_alloc(p, 4096, 0, 0, HUDDLE_ALLOC_CONTROLLER);
+    CHECK(m != NULL, "%s", huddle_last_error());
+    huddle_free(p, m);
+    huddle_pool_destroy(p);
 }
 
 int main(int argc, char **argv) {

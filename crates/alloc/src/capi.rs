@@ -110,6 +110,27 @@ pub unsafe extern "C" fn huddle_pool_banks(p: *const Pool) -> c_int {
     guard(-1, || Ok(pool(p)?.banks() as c_int))
 }
 
+/// Bytes in one chunk, the smallest block a pool hands out; 0 for NULL.
+///
+/// # Safety
+/// `p` is NULL or a live pool.
+#[no_mangle]
+pub unsafe extern "C" fn huddle_pool_chunk_size(p: *const Pool) -> usize {
+    guard(0, || Ok(pool(p)?.chunk_size()))
+}
+
+/// Name of the mapping the pool sorts by (the one chosen for this machine when created with
+/// NULL), valid while the pool lives; NULL for NULL.
+///
+/// # Safety
+/// `p` is NULL or a live pool.
+#[no_mangle]
+pub unsafe extern "C" fn huddle_pool_mapping(p: *const Pool) -> *const c_char {
+    guard(std::ptr::null(), || {
+        Ok(pool(p)?.mapping().c_name().as_ptr())
+    })
+}
+
 /// `bytes` bytes at (controller, bank) with the fallbacks of `mode`; NULL when none fits.
 ///
 /// # Safety

@@ -26,8 +26,12 @@ pub enum AllocError {
     UnknownMapping(String),
     #[error("address mapping '{spec}': {reason}")]
     BadMapping { spec: String, reason: String },
-    #[error("no published address mapping for this CPU ({0}); name one (e.g. skylake-ddr4-2ch, xor:bank=..) or set HUDDLE_ALLOC_MAPPING")]
-    NoKnownMapping(String),
+    #[error("{bytes} bytes cannot lie in one bank under '{mapping}': its banks change every {chunk} bytes (use granule=page, or request at most {chunk} bytes, or mode split)")]
+    SpansBanks {
+        bytes: usize,
+        chunk: usize,
+        mapping: String,
+    },
     #[error("pool size {0} bytes: must be between 1 byte and 64 TiB")]
     BadSize(usize),
     #[error("{what} of {bytes} bytes failed: {source}")]
@@ -94,7 +98,7 @@ impl AllocError {
             | NotInPool(_)
             | NotAllocated(_)
             | Null => libc::EINVAL,
-            NoKnownMapping(_) => libc::ENOTSUP,
+            SpansBanks { .. } => libc::ENOTSUP,
             Os { source, .. } | PagemapIo(_, source) => source.raw_os_error().unwrap_or(libc::EIO),
             PagemapMissing(_) => libc::ENOENT,
             NoPrivilege(_) => libc::EPERM,

@@ -8,13 +8,29 @@
 //! | `sandybridge-ddr3-1ch` | Intel Sandy Bridge, DDR3, one channel, one rank, as published by DRAMA |
 //! | `haswell-ddr3-2ch` | Intel Ivy Bridge / Haswell, DDR3, two channels, two ranks (DRAMA) |
 //! | `skylake-ddr4-2ch` | Intel Skylake, DDR4, two channels, two ranks (DRAMA) |
+//! | `zenplus-ddr4-1r`, `zenplus-ddr4-2r` | AMD Zen+ (and Zen), DDR4, one channel, one or two ranks (ZenHammer) |
+//! | `zen2-ddr4-1r`, `zen2-ddr4-2r` | AMD Zen 2, DDR4, one channel, one or two ranks (ZenHammer) |
+//! | `zen3-ddr4-1r`, `zen3-ddr4-2r` | AMD Zen 3, DDR4, one channel, one or two ranks (ZenHammer) |
+//! | `zen4-ddr5-1r` | AMD Zen 4, DDR5, one DIMM, one rank, 8 bank groups (ZenHammer) |
+//! | `numa` | no bank function: one controller per NUMA node, one bank (the fallback) |
 //! | `xor:bank=13^17,14^18;controller=6` | any XOR-of-bits function: one `^`-joined bit list per bank/controller bit |
 //! | `synthetic:controllers=C,banks=B,chunk=S[,run=K,source=virtual\|physical]` | a deterministic injected map for tests |
 //!
-//! The x86 functions are facts reported by Pessl et al., "DRAMA: Exploiting DRAM Addressing for
-//! Cross-CPU Attacks", USENIX Security 2016 (the reverse-engineered bank/rank/channel functions of
-//! their test machines). They hold for the DIMM population those machines had; another population
-//! shifts the bits, which is why `xor:` exists.
+//! The Intel functions are facts reported by Pessl et al., "DRAMA: Exploiting DRAM Addressing for
+//! Cross-CPU Attacks", USENIX Security 2016; the AMD ones by Jattke et al., "ZenHammer: Rowhammer
+//! Attacks on AMD Zen-based Platforms", USENIX Security 2024 (bank-group, bank and rank functions
+//! of desktop Ryzen machines with one DDR4 DIMM per channel, over the address bits they resolved:
+//! up to bit 29, 28 and 27 for Zen+, Zen 2 and Zen 3). They hold for the DIMM population those
+//! machines had; another population shifts the bits, which is why `xor:` exists.
+//!
+//! **Granule.** Most of these functions read address bits below 12, so the bank (and, on Intel,
+//! the channel) changes inside every 4 KiB page: no page lies in one bank. A pool is built from
+//! pages, so by default (`granule=page`) a mapping keeps only the functions that read page-frame
+//! bits alone; the (controller, bank) of a page is then the same for all its bytes, and every page
+//! spreads over the banks the dropped functions select (`skylake-ddr4-2ch`: 16 of 32 banks kept,
+//! channels interleaved inside each page; `zen3-ddr4-1r`: every function reads bits 8-11, so a
+//! page covers all 16 banks and only one "bank" is left). `granule=line` keeps every function:
+//! blocks as small as the lowest bit read (128 B on Skylake) in one bank, nothing larger.
 
 use crate::AllocError;
 
@@ -39,6 +55,17 @@ pub enum Source {
 pub struct Mapping {
     name: String,
     kind: Kind,
+    /// Functions dropped because they read address bits inside a page (granule=page).
+    dropped: usize,
+    /// `name` for C callers (a spec never holds a NUL: it came from a C string or the environment).
+    c_name: std::ffi::CString,
+}
+
+/// The smallest block a mapping places: a page (default) or whatever its functions allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granule {
+    Page,
+    Line,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,10 +135,66 @@ const HASWELL_DDR3_2CH_BANKS: &[&[u32]] = &[&[14, 18], &[15, 19], &[16, 20], &[1
 const HASWELL_DDR3_2CH_CHANNELS: &[&[u32]] = &[&[7, 8, 9, 12, 13, 18, 19]];
 const SKYLAKE_DDR4_2CH_BANKS: &[&[u32]] = &[&[7, 14], &[15, 19], &[16, 20], &[17, 21], &[18, 22]];
 const SKYLAKE_DDR4_2CH_CHANNELS: &[&[u32]] = &[&[8, 9, 12, 13, 18, 19]];
+/// AMD Zen generations (ZenHammer, USENIX Security 2024, Table 5 and its artifact): bank group,
+/// bank and (two-rank DIMMs) rank functions of one DDR4 channel.
+const ZENPLUS_DDR4_1R_BANKS: &[&[u32]] = &[
+    &[15, 17, 21, 25, 29],
+    &[16, 18, 22, 26],
+    &[6, 7, 8, 9, 10, 11, 12, 13, 19, 23, 27],
+    &[14, 20, 24, 28],
+];
+const ZENPLUS_DDR4_2R_BANKS: &[&[u32]] = &[
+    &[17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29],
+    &[14, 21, 25, 29],
+    &[15, 18, 22, 26],
+    &[16, 19, 23, 27],
+    &[6, 7, 8, 9, 10, 11, 12, 13, 20, 24, 28],
+];
+const ZEN2_DDR4_1R_BANKS: &[&[u32]] = &[
+    &[16, 18, 22, 26],
+    &[15, 17, 21, 25],
+    &[14, 20, 24, 28],
+    &[6, 7, 8, 9, 10, 11, 12, 13, 19, 23, 27],
+];
+const ZEN2_DDR4_2R_BANKS: &[&[u32]] = &[
+    &[17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28],
+    &[15, 18, 22, 26],
+    &[14, 21, 25],
+    &[6, 7, 8, 9, 10, 11, 12, 13, 20, 24, 28],
+    &[16, 19, 23, 27],
+];
+const ZEN3_DDR4_1R_BANKS: &[&[u32]] = &[
+    &[8, 17, 21, 25],
+    &[9, 18, 22, 26],
+    &[10, 19, 23, 27],
+    &[11, 20, 24],
+];
+const ZEN4_DDR5_1R_BANKS: &[&[u32]] = &[
+    &[6, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29],
+    &[12, 22, 27],
+    &[9, 21, 26],
+    &[8, 20, 25],
+    &[11, 19, 24, 29],
+    &[10, 18, 23, 28],
+];
+const ZEN3_DDR4_2R_BANKS: &[&[u32]] = &[
+    &[17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27],
+    &[8, 18, 22, 26],
+    &[9, 19, 23, 27],
+    &[10, 20, 24],
+    &[11, 21, 25],
+];
+
+/// log2 of the page the pool is built from.
+fn page_shift() -> u32 {
+    crate::pagemap::page_size().trailing_zeros()
+}
 
 /// The names [`Mapping::parse`] knows, for error messages and `--help`.
 pub const KNOWN: &str = "tilepro64, sandybridge-ddr3-1ch, haswell-ddr3-2ch, skylake-ddr4-2ch, \
-                         xor:bank=..;controller=.., synthetic:controllers=C,banks=B,chunk=S";
+                         zenplus-ddr4-1r, zenplus-ddr4-2r, zen2-ddr4-1r, zen2-ddr4-2r, zen3-ddr4-1r, \
+                         zen3-ddr4-2r, zen4-ddr5-1r, numa, xor:bank=..;controller=.., \
+                         synthetic:controllers=C,banks=B,chunk=S (physical ones take granule=page|line)";
 
 fn masks(bits: &[&[u32]]) -> Vec<u64> {
     bits.iter()
@@ -167,12 +250,68 @@ fn xor_list(spec: &str, list: &str) -> Result<Vec<u64>, AllocError> {
         .collect()
 }
 
+/// The preset for the CPU that /proc/cpuinfo describes (vendor, family, model), or `numa`.
+pub fn preset_for_cpu(cpuinfo: &str) -> &'static str {
+    let field = |key: &str| {
+        cpuinfo
+            .lines()
+            .find(|l| l.split(':').next().map(str::trim) == Some(key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim())
+            .unwrap_or_default()
+    };
+    let family = field("cpu family").parse::<u32>().unwrap_or(0);
+    let model = field("model").parse::<u32>().unwrap_or(0);
+    match (field("vendor_id"), family, model) {
+        ("GenuineIntel", 6, 42 | 45) => "sandybridge-ddr3-1ch",
+        ("GenuineIntel", 6, 58 | 62 | 60 | 63 | 69 | 70) => "haswell-ddr3-2ch",
+        ("GenuineIntel", 6, 78 | 85 | 94 | 142 | 158) => "skylake-ddr4-2ch",
+        // Family 17h: Zen and Zen+ (models 00h-2Fh), Zen 2 (30h-FFh: Rome, Renoir, Matisse)
+        ("AuthenticAMD", 0x17, 0x00..=0x2f) => "zenplus-ddr4-1r",
+        ("AuthenticAMD", 0x17, _) => "zen2-ddr4-1r",
+        // Family 19h: Zen 3 (00h-0Fh Milan, 20h-5Fh Vermeer/Cezanne), Zen 4 (10h-1Fh Genoa, 60h-7Fh, A0h-AFh)
+        ("AuthenticAMD", 0x19, 0x00..=0x0f | 0x20..=0x5f) => "zen3-ddr4-1r",
+        ("AuthenticAMD", 0x19, 0x10..=0x1f | 0x60..=0x7f | 0xa0..=0xaf) => "zen4-ddr5-1r",
+        _ => "numa",
+    }
+}
+
+fn parse_granule(spec: &str, v: &str) -> Result<Granule, AllocError> {
+    match v {
+        "page" => Ok(Granule::Page),
+        "line" => Ok(Granule::Line),
+        _ => Err(bad(spec, format!("granule={v}: page or line"))),
+    }
+}
+
+/// One output bit per entry, each the address bits XORed into it.
+type Functions = &'static [&'static [u32]];
+
+/// (bank functions, controller functions) of a named published mapping.
+fn preset_functions(name: &str) -> Option<(Functions, Functions)> {
+    Some(match name {
+        "sandybridge-ddr3-1ch" => (SANDYBRIDGE_DDR3_1CH_BANKS, &[]),
+        "haswell-ddr3-2ch" => (HASWELL_DDR3_2CH_BANKS, HASWELL_DDR3_2CH_CHANNELS),
+        "skylake-ddr4-2ch" => (SKYLAKE_DDR4_2CH_BANKS, SKYLAKE_DDR4_2CH_CHANNELS),
+        "zenplus-ddr4-1r" => (ZENPLUS_DDR4_1R_BANKS, &[]),
+        "zenplus-ddr4-2r" => (ZENPLUS_DDR4_2R_BANKS, &[]),
+        "zen2-ddr4-1r" => (ZEN2_DDR4_1R_BANKS, &[]),
+        "zen2-ddr4-2r" => (ZEN2_DDR4_2R_BANKS, &[]),
+        "zen3-ddr4-1r" => (ZEN3_DDR4_1R_BANKS, &[]),
+        "zen3-ddr4-2r" => (ZEN3_DDR4_2R_BANKS, &[]),
+        "zen4-ddr5-1r" => (ZEN4_DDR5_1R_BANKS, &[]),
+        "numa" => (&[], &[]),
+        _ => return None,
+    })
+}
+
 impl Mapping {
     /// Parses a mapping name (see the module documentation).
     pub fn parse(spec: &str) -> Result<Mapping, AllocError> {
         let spec = spec.trim();
         let (head, rest) = spec.split_once(':').unwrap_or((spec, ""));
-        let kind = match head {
+        let mut granule = Granule::Page;
+        let mut kind = match head {
             "tilepro64" => {
                 let mut t = TilePro64 {
                     colbits: 10,
@@ -192,39 +331,35 @@ impl Mapping {
                             }
                         },
                         "hash" => t.hash = number(spec, k, v)? != 0,
+                        "granule" => granule = parse_granule(spec, v)?,
                         _ => {
-                            return Err(bad(spec, format!("unknown parameter '{k}' (banks, hash)")))
+                            return Err(bad(
+                                spec,
+                                format!("unknown parameter '{k}' (banks, hash, granule)"),
+                            ))
                         }
                     }
                 }
                 Kind::TilePro64(t)
             }
-            "sandybridge-ddr3-1ch" => Kind::Xor {
-                banks: masks(SANDYBRIDGE_DDR3_1CH_BANKS),
-                controllers: Vec::new(),
-            },
-            "haswell-ddr3-2ch" => Kind::Xor {
-                banks: masks(HASWELL_DDR3_2CH_BANKS),
-                controllers: masks(HASWELL_DDR3_2CH_CHANNELS),
-            },
-            "skylake-ddr4-2ch" => Kind::Xor {
-                banks: masks(SKYLAKE_DDR4_2CH_BANKS),
-                controllers: masks(SKYLAKE_DDR4_2CH_CHANNELS),
-            },
             "xor" => {
                 let mut banks = Vec::new();
                 let mut controllers = Vec::new();
                 for part in rest.split(';').filter(|p| !p.is_empty()) {
                     let (k, v) = part.split_once('=').ok_or_else(|| {
-                        bad(spec, format!("'{part}' is not bank=.. or controller=.."))
+                        bad(
+                            spec,
+                            format!("'{part}' is not bank=.., controller=.. or granule=.."),
+                        )
                     })?;
                     match k.trim() {
                         "bank" => banks = xor_list(spec, v)?,
                         "controller" => controllers = xor_list(spec, v)?,
+                        "granule" => granule = parse_granule(spec, v.trim())?,
                         other => {
                             return Err(bad(
                                 spec,
-                                format!("unknown part '{other}' (bank, controller)"),
+                                format!("unknown part '{other}' (bank, controller, granule)"),
                             ))
                         }
                     }
@@ -290,55 +425,66 @@ impl Mapping {
                 }
                 Kind::Synthetic(s)
             }
-            _ => return Err(AllocError::UnknownMapping(spec.to_string())),
+            preset => {
+                let (banks, controllers) = preset_functions(preset)
+                    .ok_or_else(|| AllocError::UnknownMapping(spec.to_string()))?;
+                for (k, v) in params(spec, rest)? {
+                    match k {
+                        "granule" => granule = parse_granule(spec, v)?,
+                        _ => return Err(bad(spec, format!("unknown parameter '{k}' (granule)"))),
+                    }
+                }
+                Kind::Xor {
+                    banks: masks(banks),
+                    controllers: masks(controllers),
+                }
+            }
         };
-        if !matches!(head, "tilepro64" | "xor" | "synthetic") && !rest.is_empty() {
-            return Err(bad(spec, format!("'{head}' takes no parameters")));
+        let mut dropped = 0;
+        if let Kind::Xor { banks, controllers } = &mut kind {
+            if granule == Granule::Page {
+                // Functions that read bits inside a page cannot separate pages: drop them.
+                let inside = (1u64 << page_shift()) - 1;
+                let before = banks.len() + controllers.len();
+                banks.retain(|m| m & inside == 0);
+                controllers.retain(|m| m & inside == 0);
+                dropped = before - banks.len() - controllers.len();
+            }
         }
         Ok(Mapping {
             name: spec.to_string(),
+            c_name: std::ffi::CString::new(spec).map_err(|_| bad(spec, "contains a NUL byte"))?,
             kind,
+            dropped,
         })
     }
 
     /// This machine's mapping: $HUDDLE_ALLOC_MAPPING if set, else the published function for
-    /// the CPU family in /proc/cpuinfo. The DIMM population is not visible from software, so
-    /// the preset assumes the population DRAMA measured; an unknown CPU is an error, not a guess.
+    /// the CPU generation in /proc/cpuinfo, else `numa` (one controller per NUMA node, one bank).
+    /// The DIMM population is not visible from software, so a preset assumes the population its
+    /// source measured (one rank on AMD).
     pub fn for_this_machine() -> Result<Mapping, AllocError> {
         if let Ok(spec) = std::env::var("HUDDLE_ALLOC_MAPPING") {
             return Mapping::parse(&spec);
         }
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let field = |key: &str| {
-            cpuinfo
-                .lines()
-                .find(|l| l.split(':').next().map(str::trim) == Some(key))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-                .unwrap_or_default()
-        };
-        let (vendor, family, model) = (field("vendor_id"), field("cpu family"), field("model"));
-        let preset = match (
-            vendor.as_str(),
-            family.as_str(),
-            model.parse::<u32>().unwrap_or(0),
-        ) {
-            ("GenuineIntel", "6", 42 | 45) => Some("sandybridge-ddr3-1ch"),
-            ("GenuineIntel", "6", 58 | 62 | 60 | 63 | 69 | 70) => Some("haswell-ddr3-2ch"),
-            ("GenuineIntel", "6", 78 | 85 | 94 | 142 | 158) => Some("skylake-ddr4-2ch"),
-            _ => None,
-        };
-        match preset {
-            Some(p) => Mapping::parse(p),
-            None => Err(AllocError::NoKnownMapping(format!(
-                "{vendor} family {family} model {model}"
-            ))),
-        }
+        Mapping::parse(preset_for_cpu(&cpuinfo))
+    }
+
+    /// Functions dropped because they read bits inside a page (see the module documentation):
+    /// each halves the banks (or controllers) a page can be told apart by.
+    pub fn dropped_functions(&self) -> usize {
+        self.dropped
     }
 
     /// The name it was parsed from.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The name as a C string.
+    pub fn c_name(&self) -> &std::ffi::CStr {
+        &self.c_name
     }
 
     /// Controllers the function distinguishes (before NUMA nodes multiply them).
@@ -483,13 +629,13 @@ mod tests {
         assert_eq!(m.locate(1 << 13).bank, 1);
         assert_eq!(m.locate((1 << 13) | (1 << 17)).bank, 0, "13^17 cancels");
         assert_eq!(m.locate(1 << 19).bank, 4);
-        let s = Mapping::parse("skylake-ddr4-2ch").unwrap();
+        let s = Mapping::parse("skylake-ddr4-2ch:granule=line").unwrap();
         assert_eq!((s.controllers(), s.banks(), s.chunk_shift()), (2, 32, 7));
         assert_eq!(s.locate(1 << 8).controller, 1);
         assert_eq!(s.locate(1 << 7).bank, 1);
-        let h = Mapping::parse("haswell-ddr3-2ch").unwrap();
+        let h = Mapping::parse("haswell-ddr3-2ch:granule=line").unwrap();
         assert_eq!((h.controllers(), h.banks(), h.chunk_shift()), (2, 16, 7));
-        let x = Mapping::parse("xor:bank=13^17,14^18;controller=6").unwrap();
+        let x = Mapping::parse("xor:bank=13^17,14^18;controller=6;granule=line").unwrap();
         assert_eq!((x.controllers(), x.banks(), x.chunk_shift()), (2, 4, 6));
         assert_eq!(
             x.locate(1 << 6),
@@ -505,6 +651,93 @@ mod tests {
                 bank: 2
             }
         );
+    }
+
+    #[test]
+    fn page_granule_keeps_the_functions_of_page_frame_bits_only() {
+        // (name, controllers, banks, dropped) with 4 KiB pages
+        for (name, c, b, dropped) in [
+            ("skylake-ddr4-2ch", 1, 16, 2), // 7^14 and the channel 8^9^12^.. read inside a page
+            ("haswell-ddr3-2ch", 1, 16, 1),
+            ("sandybridge-ddr3-1ch", 1, 8, 0),
+            ("tilepro64", 4, 8, 0),
+            ("zenplus-ddr4-1r", 1, 8, 1),
+            ("zenplus-ddr4-2r", 1, 16, 1),
+            ("zen2-ddr4-1r", 1, 8, 1),
+            ("zen2-ddr4-2r", 1, 16, 1),
+            ("zen3-ddr4-1r", 1, 1, 4), // bits 8-11 in every function: a page covers all 16 banks
+            ("zen3-ddr4-2r", 1, 2, 4),
+            ("zen4-ddr5-1r", 1, 2, 5),
+            ("numa", 1, 1, 0),
+        ] {
+            let m = Mapping::parse(name).unwrap();
+            assert_eq!(
+                (m.controllers(), m.banks(), m.dropped_functions()),
+                (c, b, dropped),
+                "{name}"
+            );
+            assert!(
+                m.chunk_shift() >= 12,
+                "{name}: a page must lie in one (controller, bank)"
+            );
+            // Every byte of a page decodes to the page's location.
+            for page in [0u64, 0x1234_5000, 0x3_ffff_f000] {
+                let first = m.locate(page);
+                assert!(
+                    (0..4096).step_by(64).all(|o| m.locate(page + o) == first),
+                    "{name}"
+                );
+            }
+        }
+        // The kept functions are the line-granule ones that read no bit below 12.
+        let line = Mapping::parse("skylake-ddr4-2ch:granule=line").unwrap();
+        let page = Mapping::parse("skylake-ddr4-2ch").unwrap();
+        assert_eq!(line.locate(1 << 15).bank, 0b10);
+        assert_eq!(page.locate(1 << 15).bank, 0b1);
+        assert_eq!(page.locate((1 << 15) | (1 << 19)).bank, 0, "15^19 cancels");
+        assert!(Mapping::parse("skylake-ddr4-2ch:granule=bank").is_err());
+        assert!(Mapping::parse("zen3-ddr4-1r:granule=line").unwrap().banks() == 16);
+    }
+
+    #[test]
+    fn cpu_generations_pick_their_published_function_or_numa() {
+        let cpu = |v: &str, f: u32, m: u32| {
+            format!("processor\t: 0\nvendor_id\t: {v}\ncpu family\t: {f}\nmodel\t\t: {m}\n")
+        };
+        assert_eq!(
+            preset_for_cpu(&cpu("GenuineIntel", 6, 85)),
+            "skylake-ddr4-2ch"
+        );
+        assert_eq!(
+            preset_for_cpu(&cpu("AuthenticAMD", 25, 1)),
+            "zen3-ddr4-1r",
+            "EPYC Milan"
+        );
+        assert_eq!(
+            preset_for_cpu(&cpu("AuthenticAMD", 25, 0x21)),
+            "zen3-ddr4-1r"
+        );
+        assert_eq!(
+            preset_for_cpu(&cpu("AuthenticAMD", 25, 0x11)),
+            "zen4-ddr5-1r",
+            "EPYC Genoa"
+        );
+        assert_eq!(
+            preset_for_cpu(&cpu("AuthenticAMD", 23, 0x31)),
+            "zen2-ddr4-1r",
+            "EPYC Rome"
+        );
+        assert_eq!(
+            preset_for_cpu(&cpu("AuthenticAMD", 23, 8)),
+            "zenplus-ddr4-1r"
+        );
+        assert_eq!(
+            preset_for_cpu(&cpu("AuthenticAMD", 26, 2)),
+            "numa",
+            "Zen 5: none published here"
+        );
+        assert_eq!(preset_for_cpu(&cpu("GenuineIntel", 6, 143)), "numa");
+        assert_eq!(preset_for_cpu(""), "numa");
     }
 
     #[test]

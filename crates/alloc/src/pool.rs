@@ -540,6 +540,14 @@ impl Pool {
             Some(i) => Ok(
                 NonNull::new(self.base.as_ptr().wrapping_add(i * self.chunk)).unwrap_or(self.base),
             ),
+            // Blocks of a line-granule mapping change bank inside a page: say so, not "no memory".
+            None if k > 1 && self.chunk < page_size() && mode < Mode::Split => {
+                Err(AllocError::SpansBanks {
+                    bytes,
+                    chunk: self.chunk,
+                    mapping: self.mapping.name().to_string(),
+                })
+            }
             None => Err(AllocError::OutOfMemory {
                 bytes,
                 controller: at.controller,
