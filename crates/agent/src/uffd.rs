@@ -1,0 +1,140 @@
+//! The userfaultfd ABI (linux/userfaultfd.h) as the agent uses it: constants, the ioctl
+//! argument structs, and opening the descriptor with the features it needs.
+
+use super::*;
+
+pub(super) const UFFD_API: u64 = 0xAA;
+pub(super) const UFFDIO_API: c_ulong = 0xc018_aa3f;
+pub(super) const UFFDIO_REGISTER: c_ulong = 0xc020_aa00;
+pub(super) const UFFDIO_UNREGISTER: c_ulong = 0x8010_aa01;
+pub(super) const UFFDIO_WAKE: c_ulong = 0x8010_aa02;
+pub(super) const UFFDIO_WRITEPROTECT: c_ulong = 0xc018_aa06;
+pub(super) const UFFDIO_COPY: c_ulong = 0xc028_aa03;
+pub(super) const UFFDIO_ZEROPAGE: c_ulong = 0xc020_aa04;
+pub(super) const UFFDIO_MOVE: c_ulong = 0xc028_aa05;
+pub(super) const UFFDIO_MOVE_MODE_DONTWAKE: u64 = 1;
+pub(super) const UFFD_FEATURE_MOVE: u64 = 1 << 16;
+pub(super) const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
+pub(super) const UFFDIO_REGISTER_MODE_WP: u64 = 2;
+pub(super) const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1;
+pub(super) const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 2;
+pub(super) const UFFD_FEATURE_EVENT_REMOVE: u64 = 1 << 3;
+pub(super) const UFFD_FEATURE_EVENT_UNMAP: u64 = 1 << 6;
+pub(super) const UFFD_FEATURE_THREAD_ID: u64 = 1 << 8;
+pub(super) const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+pub(super) const UFFD_EVENT_REMAP: u8 = 0x14;
+pub(super) const UFFD_EVENT_REMOVE: u8 = 0x15;
+pub(super) const UFFD_EVENT_UNMAP: u8 = 0x16;
+pub(super) const UFFD_PAGEFAULT_FLAG_WP: u64 = 2;
+
+/// The registration must offer UFFDIO_COPY, UFFDIO_ZEROPAGE and UFFDIO_WRITEPROTECT.
+pub(super) const IOCTLS_NEEDED: u64 = (1 << 3) | (1 << 4) | (1 << 6);
+
+#[repr(C)]
+pub(super) struct UffdioApi {
+    pub(crate) api: u64,
+    pub(crate) features: u64,
+    pub(crate) ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct UffdioRange {
+    pub(crate) start: u64,
+    pub(crate) len: u64,
+}
+
+#[repr(C)]
+pub(super) struct UffdioRegister {
+    pub(crate) range: UffdioRange,
+    pub(crate) mode: u64,
+    pub(crate) ioctls: u64,
+}
+
+#[repr(C)]
+pub(super) struct UffdioWriteprotect {
+    pub(crate) range: UffdioRange,
+    pub(crate) mode: u64,
+}
+
+#[repr(C)]
+pub(super) struct UffdioCopy {
+    pub(crate) dst: u64,
+    pub(crate) src: u64,
+    pub(crate) len: u64,
+    pub(crate) mode: u64,
+    pub(crate) copy: i64,
+}
+
+#[repr(C)]
+pub(super) struct UffdioMove {
+    pub(crate) dst: u64,
+    pub(crate) src: u64,
+    pub(crate) len: u64,
+    pub(crate) mode: u64,
+    pub(crate) moved: i64,
+}
+
+#[repr(C)]
+pub(super) struct UffdioZeropage {
+    pub(crate) range: UffdioRange,
+    pub(crate) mode: u64,
+    pub(crate) zeropage: i64,
+}
+
+/// uffd_msg: the union's words. Page fault: (flags, address, ptid); remap: (from, to,
+/// len); remove/unmap: (start, end, -).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct UffdMsg {
+    pub(crate) event: u8,
+    pub(crate) _r1: u8,
+    pub(crate) _r2: u16,
+    pub(crate) _r3: u32,
+    pub(crate) a0: u64,
+    pub(crate) a1: u64,
+    pub(crate) a2: u64,
+}
+
+pub(super) unsafe fn uffd_ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> i64 {
+    libc::syscall(libc::SYS_ioctl, fd, req, arg)
+}
+
+/// A userfaultfd that also handles faults taken inside system calls (no
+/// UFFD_USER_MODE_ONLY: with it, a write(2) into a protected page would fail).
+pub(super) unsafe fn open_uffd(with_move: bool) -> Result<c_int, i32> {
+    let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) as c_int;
+    if fd < 0 {
+        return Err(errno());
+    }
+    // Out of the way of the program's own fd numbers.
+    let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 900);
+    let fd = if high >= 0 {
+        libc::close(fd);
+        high
+    } else {
+        fd
+    };
+    // REMOVE/UNMAP/REMAP events tell us when the program itself discards or moves memory
+    // that holds a dropped page, so we never put back data it threw away.
+    let mut api = UffdioApi {
+        api: UFFD_API,
+        features: UFFD_FEATURE_THREAD_ID
+            | UFFD_FEATURE_EVENT_REMOVE
+            | UFFD_FEATURE_EVENT_UNMAP
+            | UFFD_FEATURE_EVENT_REMAP
+            | if with_move { UFFD_FEATURE_MOVE } else { 0 },
+        ioctls: 0,
+    };
+    if uffd_ioctl(fd, UFFDIO_API, &mut api as *mut _ as *mut c_void) != 0 {
+        let e = errno();
+        libc::close(fd);
+        if with_move {
+            // A kernel before 6.8: no UFFDIO_MOVE, pages are saved by copy.
+            return open_uffd(false);
+        }
+        return Err(e);
+    }
+    UFFD_CAN_MOVE.store(with_move, Ordering::Relaxed);
+    Ok(fd)
+}
