@@ -65,22 +65,9 @@ static void *resolve(const char *name)
 /* The wrapper MPI_NAME also answers to PMPI_NAME (the calls of Open MPI's Fortran bindings). */
 #define ALSO_PMPI(NAME) __typeof__(MPI_##NAME) PMPI_##NAME __attribute__((alias("MPI_" #NAME)));
 
-/* ---- board layout (keep in sync with docs/pmpi.md and crates/simmer/src/board.rs) ---- */
+/* ---- board layout: board.h, shared with the reader ---- */
 #define BOARD_MAGIC 0x4452414f42445548ULL /* "HUDBOARD" read as a little-endian u64 */
-#define BOARD_VERSION 1
-#define HEADER_SIZE 128
-#define SLOT_FIXED 208
-
-enum { H_MAGIC = 0, H_VERSION = 1, H_HEADER_SIZE = 2, H_WORLD = 3, H_SLOT_SIZE = 4, H_STAMP = 5, H_CREATED = 6 };
-
-/* Slot fields, as u64 indexes. */
-enum {
-    S_STATE = 0, S_PID, S_RANK, S_CPU, S_UPDATED, S_INIT, S_BLOCKING, S_COMPUTE, S_PENDING_COMPUTE,
-    S_BLOCKING_CALLS, S_PENDING_SENDS, S_CACHE_MISSES, S_CACHE_STATE, S_SENT_BYTES, S_SENT_MSGS,
-    S_IN_CALL, S_PHASE_START, S_PENDING_SINCE /* then hostname[64] at byte 144, arrays at 208 */
-};
-enum { STATE_EMPTY = 0, STATE_RUNNING = 1, STATE_FINALIZED = 2, STATE_NO_FINALIZE = 3 };
-enum { CACHE_NOT_TRIED = 0, CACHE_COUNTING = 1, CACHE_UNAVAILABLE = 2 };
+#include "board.h"
 
 static struct {
     int active;            /* MPI_Init done and not finalized */
@@ -246,6 +233,7 @@ static inline void leave(uint64_t t0)
     if (t - g.last_cache_read > 50000000ull) { /* every 50 ms at most: read() costs a syscall */
         cache_read(t);
         put(S_CPU, (uint64_t)sched_getcpu());
+        put(S_TID, (uint64_t)syscall(SYS_gettid));
     }
 }
 
@@ -448,9 +436,10 @@ static void slot_init(uint64_t *slot)
     put(S_PHASE_START, t);
     put(S_UPDATED, t);
     put(S_CPU, (uint64_t)sched_getcpu());
-    char *host = (char *)slot + 144;
-    gethostname(host, 63);
-    host[63] = 0;
+    put(S_TID, (uint64_t)syscall(SYS_gettid));
+    char *host = (char *)slot + HOSTNAME_OFFSET;
+    gethostname(host, HOSTNAME_SIZE - 1);
+    host[HOSTNAME_SIZE - 1] = 0;
     __atomic_store_n(&slot[S_STATE], STATE_RUNNING, __ATOMIC_RELEASE);
 }
 

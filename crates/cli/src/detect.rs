@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
     then), SIGUSR2 resumes it."
 )]
 pub struct Args {
-    /// Matrix CSV; the task table goes to OUT.tasks.csv and everything as JSON to OUT.json
+    /// Matrix CSV; the task table goes to OUT.tasks.csv and everything as JSON to OUT.json.
+    /// Its directory must exist; all three are checked for writing before CMD starts
     #[arg(long, value_name = "FILE", default_value = "detect-matrix.csv")]
     pub out: PathBuf,
     /// Also print the JSON document (schema huddle.detect/1) on stdout
@@ -32,7 +33,8 @@ pub struct Args {
     /// Snapshot period in milliseconds
     #[arg(long, value_name = "T", default_value_t = 1000)]
     pub interval_ms: u64,
-    /// Write every snapshot as DIR/snapshot-NNNN.csv (and all in DIR/snapshots.json)
+    /// Write every snapshot as DIR/snapshot-NNNN.csv (and all in DIR/snapshots.json): an
+    /// existing writable directory, or one huddle creates in an existing parent
     #[arg(long, value_name = "DIR")]
     pub snapshots: Option<PathBuf>,
     /// One row per process instead of per thread
@@ -134,8 +136,8 @@ fn merged(s: &Session, rows: &[usize], mpi: &Mpi) -> Merged {
         };
     };
     let tasks = manager::observe::task_infos(s, rows);
-    let (pids, ranks) = m.ranks();
-    let (matrix, src) = manager::mpi::merge(&faults, &tasks, pids, &ranks, *mode);
+    let (procs, ranks) = m.ranks();
+    let (matrix, src) = manager::mpi::merge(&faults, &tasks, procs, &ranks, *mode);
     // The fault matrix is symmetric; the ranks' bytes are per direction.
     let names = manager::mpi::symmetric_sources(&src)
         .iter()
@@ -144,22 +146,18 @@ fn merged(s: &Session, rows: &[usize], mpi: &Mpi) -> Merged {
     Merged {
         matrix: matrix.symmetrized(),
         cell_sources: Some(names),
-        row_mpi_ranks: Some(manager::mpi::rank_threads(&tasks, pids)),
+        row_mpi_ranks: Some(manager::mpi::rank_threads(&tasks, procs)),
     }
 }
 
 /// `rows` plus the rows of the ranks' MPI threads (whose traffic page faults may not show).
 fn with_rank_threads(s: &Session, mut rows: Vec<usize>, mpi: &Mpi) -> Vec<usize> {
     let Some((m, _)) = mpi else { return rows };
-    let pids = m.ranks().0;
-    let granularity = s.granularity();
+    let procs = m.ranks().0;
+    let whole = s.granularity() == Granularity::Process;
     for (i, t) in s.tasks().iter().enumerate() {
-        let id = if granularity == Granularity::Process {
-            t.pid
-        } else {
-            t.tid
-        };
-        if !t.agent && pids.contains(&id) && !rows.contains(&i) {
+        let mpi = procs.iter().any(|p| p.is_mpi(t.pid, t.tid, whole));
+        if !t.agent && mpi && !rows.contains(&i) {
             rows.push(i);
         }
     }
@@ -187,18 +185,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.interval_ms == 0 {
         return Err(bad_input("--interval-ms must be at least 1"));
     }
-    if let Some(d) = &args.snapshots {
-        std::fs::create_dir_all(d)
-            .map_err(|e| bad_input(format!("--snapshots {}: {e}", d.display())))?;
-    }
-    if let Some(parent) = args.out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        if !parent.is_dir() {
-            return Err(bad_input(format!(
-                "--out {}: directory {} does not exist",
-                args.out.display(),
-                parent.display()
-            )));
-        }
+    // Every file the run ends with, checked before the program starts.
+    crate::outputs::file("--out", &args.out)?;
+    for derived in [
+        with_suffix(&args.out, ".tasks.csv"),
+        args.out.with_extension("json"),
+    ] {
+        crate::outputs::file("--out", &derived)?;
     }
     let agent = (!args.no_agent).then(|| AgentConfig {
         library: crate::agent::library(),
@@ -233,13 +226,29 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .command
         .split_first()
         .ok_or_else(|| bad_input("no command given"))?;
+    // Made last, once every other input is known good.
+    let snapshots = args
+        .snapshots
+        .as_deref()
+        .map(|d| crate::outputs::dir("--snapshots", d, 0o755))
+        .transpose()?;
+    let discard = |e: anyhow::Error| {
+        if let Some(d) = &snapshots {
+            d.discard_if_unused();
+        }
+        e
+    };
     let mut mpi = crate::agent::mpi_setup(
         args.source.as_deref(),
         program,
         args.block_size,
         false,
         with_suffix(&args.out, ".ranks.csv"),
-    )?;
+    )
+    .map_err(discard)?;
+    if mpi.is_some() {
+        crate::outputs::file("--out", &with_suffix(&args.out, ".ranks.csv")).map_err(discard)?;
+    }
     let target = Target::Spawn {
         program: program.clone(),
         args: rest.to_vec(),
@@ -257,7 +266,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .into(),
         DetectError::BlockSize(_) => bad_input(e),
         other => anyhow::Error::new(other),
-    })?;
+    })
+    .map_err(discard)?;
     for src in s.sources().iter().filter(|x| !x.active) {
         eprintln!("huddle: {}: {}", src.name, src.note);
     }

@@ -55,14 +55,47 @@ impl CellSource {
     }
 }
 
-/// The merged matrix over `tasks`, and each cell's source. `rank_pids[r]` is rank r's
-/// process (0 where the rank is not on this node); `ranks` is its byte matrix (row = sender)
-/// already in event units. A task is rank r's MPI thread when its tid is that pid (or, for
-/// whole-process tasks, its pid is).
+/// Where a rank runs on this node, from its board slot: its process, and the thread that made
+/// its last blocking MPI call (0 where not known yet). A rank not on this node is all zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RankProc {
+    pub pid: u32,
+    pub tid: u32,
+}
+
+impl RankProc {
+    /// The thread its MPI traffic is put on: the one that calls MPI, else the main thread.
+    pub fn mpi_thread(&self) -> u32 {
+        if self.tid != 0 {
+            self.tid
+        } else {
+            self.pid
+        }
+    }
+
+    /// Whether the task (`pid`, `tid`) is this rank's MPI thread; a whole-process task is
+    /// when it is the rank's process.
+    pub fn is_mpi(&self, pid: u32, tid: u32, whole_process: bool) -> bool {
+        self.pid != 0
+            && if whole_process {
+                pid == self.pid
+            } else {
+                tid == self.mpi_thread()
+            }
+    }
+
+    pub fn is_mpi_task(&self, task: &TaskInfo) -> bool {
+        self.is_mpi(task.pid, task.tid, task.whole_process)
+    }
+}
+
+/// The merged matrix over `tasks`, and each cell's source. `procs[r]` says where rank r runs
+/// (see [`RankProc`]); `ranks` is its byte matrix (row = sender) already in event units. A
+/// rank's MPI traffic lands on its MPI thread (see [`rank_threads`]).
 pub fn merge(
     faults: &CommMatrix,
     tasks: &[TaskInfo],
-    rank_pids: &[u32],
+    procs: &[RankProc],
     ranks: &CommMatrix,
     mode: SourceMode,
 ) -> (CommMatrix, Vec<Vec<CellSource>>) {
@@ -70,9 +103,9 @@ pub fn merge(
     let mut out = CommMatrix::zeros(n);
     let mut src = vec![vec![CellSource::None; n]; n];
     // The rank whose process each task belongs to, and the rank whose MPI thread it is.
-    let rank_of_pid = |pid: u32| rank_pids.iter().position(|&p| p != 0 && p == pid);
+    let rank_of_pid = |pid: u32| procs.iter().position(|p| p.pid != 0 && p.pid == pid);
     let process_rank: Vec<Option<usize>> = tasks.iter().map(|t| rank_of_pid(t.pid)).collect();
-    let mpi_thread = rank_threads(tasks, rank_pids);
+    let mpi_thread = rank_threads(tasks, procs);
     for i in 0..n {
         for j in 0..n {
             if i == j {
@@ -120,13 +153,10 @@ pub fn symmetric_sources(src: &[Vec<CellSource>]) -> Vec<Vec<CellSource>> {
 }
 
 /// For each task, the rank whose MPI-calling thread it is (see [`merge`]).
-pub fn rank_threads(tasks: &[TaskInfo], rank_pids: &[u32]) -> Vec<Option<usize>> {
+pub fn rank_threads(tasks: &[TaskInfo], procs: &[RankProc]) -> Vec<Option<usize>> {
     tasks
         .iter()
-        .map(|t| {
-            let id = if t.whole_process { t.pid } else { t.tid };
-            rank_pids.iter().position(|&p| p != 0 && p == id)
-        })
+        .map(|t| procs.iter().position(|p| p.is_mpi_task(t)))
         .collect()
 }
 
@@ -141,7 +171,7 @@ pub struct MpiTraffic {
     taken: Vec<u64>,
     /// Aged events, row-major over the world.
     aged: Vec<f64>,
-    pids: Vec<u32>,
+    procs: Vec<RankProc>,
     world: usize,
     bytes: u64,
 }
@@ -156,7 +186,7 @@ impl MpiTraffic {
             stamp: 0,
             taken: Vec::new(),
             aged: Vec::new(),
-            pids: Vec::new(),
+            procs: Vec::new(),
             world: 0,
             bytes: 0,
         }
@@ -182,13 +212,16 @@ impl MpiTraffic {
             self.world = w;
             self.taken = vec![0; w * w];
             self.aged = vec![0.0; w * w];
-            self.pids = vec![0; w];
+            self.procs = vec![RankProc::default(); w];
         }
         for r in &snap.ranks {
             if r.rank >= w {
                 continue;
             }
-            self.pids[r.rank] = r.pid;
+            self.procs[r.rank] = RankProc {
+                pid: r.pid,
+                tid: r.tid,
+            };
             for (j, &b) in r.bytes_to.iter().enumerate().take(w) {
                 let k = r.rank * w + j;
                 let new = b.saturating_sub(self.taken[k]);
@@ -206,24 +239,29 @@ impl MpiTraffic {
         }
     }
 
-    /// Rank processes on this node (0 for ranks not seen), and the aged rank matrix.
-    pub fn ranks(&self) -> (&[u32], CommMatrix) {
+    /// Where each rank runs on this node (zero for ranks not seen), and the aged rank matrix.
+    pub fn ranks(&self) -> (&[RankProc], CommMatrix) {
         let w = self.world;
         let rows = (0..w)
             .map(|i| self.aged[i * w..(i + 1) * w].to_vec())
             .collect();
-        (&self.pids, CommMatrix::from_rows(rows))
+        (&self.procs, CommMatrix::from_rows(rows))
     }
 
     /// Ranks that wrote to the board, and bytes counted so far.
     pub fn seen(&self) -> (usize, u64) {
-        (self.pids.iter().filter(|&&p| p != 0).count(), self.bytes)
+        (self.procs.iter().filter(|p| p.pid != 0).count(), self.bytes)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ranks by process, MPI thread not known yet (the main thread stands in).
+    fn procs(pids: &[u32]) -> Vec<RankProc> {
+        pids.iter().map(|&pid| RankProc { pid, tid: 0 }).collect()
+    }
 
     fn task(tid: u32, pid: u32) -> TaskInfo {
         TaskInfo {
@@ -236,14 +274,14 @@ mod tests {
     }
 
     /// mpirun (pid 10), rank 0 (pid 20, threads 20 and 21), rank 1 (pid 30, thread 30).
-    fn setup() -> (Vec<TaskInfo>, CommMatrix, Vec<u32>, CommMatrix) {
+    fn setup() -> (Vec<TaskInfo>, CommMatrix, Vec<RankProc>, CommMatrix) {
         let tasks = vec![task(10, 10), task(20, 20), task(21, 20), task(30, 30)];
         let mut faults = CommMatrix::zeros(4);
         faults.set(1, 2, 5.0); // threads of rank 0
         faults.set(2, 1, 5.0);
         faults.set(1, 3, 2.0); // rank 0 and rank 1 through a shared segment
         faults.set(0, 1, 1.0); // mpirun and rank 0
-        let pids = vec![20, 30];
+        let pids = procs(&[20, 30]);
         let ranks = CommMatrix::from_rows(vec![vec![0.0, 100.0], vec![40.0, 0.0]]);
         (tasks, faults, pids, ranks)
     }
@@ -286,11 +324,27 @@ mod tests {
         let (m, _) = merge(
             &CommMatrix::zeros(2),
             &tasks,
-            &[20, 30],
+            &procs(&[20, 30]),
             &ranks,
             SourceMode::Both,
         );
         assert_eq!((m.get(0, 1), m.get(1, 0)), (7.0, 3.0));
+    }
+
+    #[test]
+    fn mpi_traffic_lands_on_the_thread_that_calls_mpi() {
+        // Rank 0 calls MPI from its second thread (21), as an MPI_THREAD_MULTIPLE program may.
+        let (tasks, faults, _, ranks) = setup();
+        let procs = vec![RankProc { pid: 20, tid: 21 }, RankProc { pid: 30, tid: 30 }];
+        let (m, s) = merge(&faults, &tasks, &procs, &ranks, SourceMode::Both);
+        assert_eq!((m.get(2, 3), m.get(3, 2)), (100.0, 40.0));
+        assert_eq!(s[2][3], CellSource::Mpi);
+        assert_eq!(m.get(1, 3), 0.0, "the main thread does not call MPI here");
+        assert_eq!(m.get(1, 2), 5.0, "threads of one rank keep their faults");
+        assert_eq!(
+            rank_threads(&tasks, &procs),
+            vec![None, None, Some(0), Some(1)]
+        );
     }
 
     #[test]

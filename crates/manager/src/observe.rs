@@ -79,8 +79,8 @@ impl Observer for Detected {
         let (faults, tasks) = self.faults();
         match &self.mpi {
             Some((m, mode)) => {
-                let (pids, ranks) = m.ranks();
-                (mpi::merge(&faults, &tasks, pids, &ranks, *mode).0, tasks)
+                let (procs, ranks) = m.ranks();
+                (mpi::merge(&faults, &tasks, procs, &ranks, *mode).0, tasks)
             }
             None => (faults, tasks),
         }
@@ -89,8 +89,8 @@ impl Observer for Detected {
     fn cell_sources(&self) -> Option<Vec<Vec<&'static str>>> {
         let (m, mode) = self.mpi.as_ref()?;
         let (faults, tasks) = self.faults();
-        let (pids, ranks) = m.ranks();
-        let src = mpi::merge(&faults, &tasks, pids, &ranks, *mode).1;
+        let (procs, ranks) = m.ranks();
+        let src = mpi::merge(&faults, &tasks, procs, &ranks, *mode).1;
         // The report's matrix is symmetrized, and so are the sources.
         Some(
             mpi::symmetric_sources(&src)
