@@ -206,15 +206,20 @@ impl RuleTable {
     pub fn load(path: &Path) -> Result<RuleTable, MsgError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| MsgError::BadRules(format!("{}: {e}", path.display())))?;
-        let mut t: RuleTable = serde_json::from_str(&text)
-            .map_err(|e| MsgError::BadRules(format!("{}: {e}", path.display())))?;
+        RuleTable::from_json(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates a table; errors are prefixed with `name` (the file).
+    pub fn from_json(text: &str, name: &str) -> Result<RuleTable, MsgError> {
+        let mut t: RuleTable =
+            serde_json::from_str(text).map_err(|e| MsgError::BadRules(format!("{name}: {e}")))?;
         for r in t.rules.values_mut() {
             if r.exchange_single_copy_threshold == 0 {
                 r.exchange_single_copy_threshold = r.single_copy_threshold;
             }
         }
         t.validate()
-            .map_err(|e| MsgError::BadRules(format!("{}: {e}", path.display())))?;
+            .map_err(|e| MsgError::BadRules(format!("{name}: {e}")))?;
         Ok(t)
     }
 
