@@ -43,7 +43,10 @@ pub enum OrientArg {
     finest level their PUs share (--costs). Tasks take one core each before any second \
     hardware thread; more tasks than allowed PUs needs --oversubscribe (loads then differ by \
     at most one). With --nodes or --node-xml ranks go to nodes first, then PUs. --advise \
-    compares blocked, cyclic and mapped placement over the nodes."
+    compares blocked, cyclic and mapped placement over the nodes by network volume and by \
+    link contention (per node max(bytes out, bytes in) / --link-bandwidth; the slowest node \
+    sets the time; row = sender, column = receiver) and recommends by contention time, then \
+    volume, then cost."
 )]
 pub struct Args {
     /// Communication matrix (CSV)
@@ -81,6 +84,10 @@ pub struct Args {
     /// Compare blocked, cyclic and mapped placement of ranks over the nodes
     #[arg(long)]
     pub advise: bool,
+    /// Bytes per second of each node's network link, for --advise's contention time
+    /// (default 1.25e9: one 10 Gb/s Myri-10G link, SIMMer's network)
+    #[arg(long, value_name = "BYTES_PER_S")]
+    pub link_bandwidth: Option<f64>,
     /// How the matrix file is laid out
     #[arg(long, value_enum, default_value = "auto")]
     pub orientation: OrientArg,
@@ -107,14 +114,25 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         oversubscribe: args.oversubscribe,
         share_cores: args.share_cores,
     };
+    if args.link_bandwidth.is_some() && !args.advise {
+        return Err(bad_input("--link-bandwidth is an option of --advise"));
+    }
     if args.advise {
         if target.num_nodes() < 2 {
             return Err(bad_input(
                 "--advise needs a cluster: give --nodes N (N >= 2) or --node-xml",
             ));
         }
-        let graph = mapping::Graph::from_matrix(&m);
-        let advice = mapping::advise::advise(&graph, &target, &opts).map_err(map_err)?;
+        let bandwidth = args
+            .link_bandwidth
+            .unwrap_or(mapping::advise::DEFAULT_LINK_BANDWIDTH);
+        if !(bandwidth.is_finite() && bandwidth > 0.0) {
+            return Err(bad_input(format!(
+                "--link-bandwidth {bandwidth}: give a positive number of bytes per second (e.g. 1.25e9)"
+            )));
+        }
+        let advice =
+            mapping::advise::advise_matrix(&m, &target, &opts, bandwidth).map_err(map_err)?;
         print!(
             "{}",
             render_advice(&advice, &target, args.format.unwrap_or(Format::Text))?
@@ -305,6 +323,11 @@ fn render_advice(
                         "name": p.name,
                         "cost": p.mapping.cost,
                         "network": p.network,
+                        "link_seconds": p.contention.seconds,
+                        "busiest_node": p.contention.busiest,
+                        "node_out": p.contention.out,
+                        "node_in": p.contention.inbound,
+                        "node_link_seconds": p.contention.link_seconds,
                         "levels": levels_json(&p.mapping),
                         "mapping": p.mapping.os_indexes(target),
                         "nodes": p.mapping.nodes(target),
@@ -313,6 +336,7 @@ fn render_advice(
                 .collect();
             Ok(serde_json::to_string_pretty(&json!({
                 "placements": placements,
+                "link_bandwidth": a.link_bandwidth,
                 "launcher_choice": a.launcher_choice,
                 "best": a.best,
             }))? + "\n")
@@ -321,25 +345,31 @@ fn render_advice(
             let best = a
                 .placements
                 .iter()
-                .map(|p| p.mapping.cost)
+                .map(|p| p.contention.seconds)
                 .fold(f64::INFINITY, f64::min);
             let mut out = format!(
-                "{:<8} {:>14} {:>14} {:>9}\n",
-                "placement", "cost", "network", "vs best"
+                "{:<9} {:>14} {:>14} {:>14} {:>7} {:>12} {:>9}\n",
+                "placement", "cost", "network", "busiest link", "node", "link time/s", "vs best"
             );
             for p in &a.placements {
+                let c = &p.contention;
+                let busiest = c.out[c.busiest].max(c.inbound[c.busiest]);
                 out += &format!(
-                    "{:<9} {:>14.1} {:>14.1} {:>9.3}\n",
+                    "{:<9} {:>14.1} {:>14.1} {:>14.1} {:>7} {:>12.4e} {:>9.3}\n",
                     p.name,
                     p.mapping.cost,
                     p.network,
-                    if best > 0.0 {
-                        p.mapping.cost / best
-                    } else {
-                        1.0
-                    }
+                    busiest,
+                    c.busiest,
+                    c.seconds,
+                    if best > 0.0 { c.seconds / best } else { 1.0 }
                 );
             }
+            out += &format!(
+                "link time = busiest node's max(out, in) / {:.4e} B/s; ranked by link time, \
+                 then network, then cost\n",
+                a.link_bandwidth
+            );
             out += &format!(
                 "advice: {} allocation (of blocked/cyclic); best overall: {}\n",
                 a.launcher_choice, a.best

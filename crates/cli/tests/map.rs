@@ -167,6 +167,99 @@ fn advise_prefers_blocked_for_cg() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("advice: blocked"));
 }
 
+/// The contention term end to end: per-node out/in and link times in the JSON, the phase time
+/// is the slowest node's, the bandwidth is the one given, and the text table shows it.
+#[test]
+fn advise_reports_link_contention() {
+    let m = shared("data/matrices/nas-mg-16.csv");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "map",
+            "--matrix",
+            m.as_str(),
+            "--synthetic",
+            "pack:2 core:2 pu:1",
+            "--nodes",
+            "4",
+            "--advise",
+        ];
+        args.extend_from_slice(extra);
+        huddle(&args)
+    };
+    let v = json(&run(&["--format", "json", "--link-bandwidth", "1e3"]));
+    assert_eq!(v["link_bandwidth"].as_f64(), Some(1e3));
+    let f = |x: &serde_json::Value| -> Vec<f64> {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|y| y.as_f64().unwrap())
+            .collect()
+    };
+    let mut times = vec![];
+    for p in v["placements"].as_array().unwrap() {
+        let (out, inb, link) = (
+            f(&p["node_out"]),
+            f(&p["node_in"]),
+            f(&p["node_link_seconds"]),
+        );
+        assert_eq!((out.len(), inb.len(), link.len()), (4, 4, 4));
+        for k in 0..4 {
+            assert!((link[k] - out[k].max(inb[k]) / 1e3).abs() < 1e-12, "{p}");
+        }
+        let slowest = link.iter().copied().fold(0.0, f64::max);
+        assert_eq!(p["link_seconds"].as_f64(), Some(slowest));
+        assert_eq!(link[p["busiest_node"].as_u64().unwrap() as usize], slowest);
+        let network = p["network"].as_f64().unwrap();
+        assert!(
+            (out.iter().sum::<f64>() - 2.0 * network).abs() < 1e-6,
+            "{p}"
+        );
+        times.push(slowest);
+    }
+    // The default bandwidth (1.25e9 B/s) scales every time alike.
+    let d = json(&run(&["--format", "json"]));
+    assert_eq!(d["link_bandwidth"].as_f64(), Some(1.25e9));
+    for (p, t) in d["placements"].as_array().unwrap().iter().zip(&times) {
+        let s = p["link_seconds"].as_f64().unwrap();
+        assert!((s * 1.25e9 - t * 1e3).abs() <= 1e-9 * t * 1e3, "{p}");
+    }
+    assert_eq!(d["launcher_choice"], v["launcher_choice"]);
+    let text = String::from_utf8(run(&[]).stdout).unwrap();
+    assert!(
+        text.starts_with("placement") && text.contains("link time"),
+        "{text}"
+    );
+    assert!(text.contains("ranked by link time"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("cyclic")).count(), 1);
+}
+
+#[test]
+fn bad_link_bandwidth_is_one_line_exit_2() {
+    let m = shared("data/matrices/nas-mg-16.csv");
+    for extra in [
+        vec!["--advise", "--link-bandwidth=0"],
+        vec!["--advise", "--link-bandwidth=-1"],
+        vec!["--advise", "--link-bandwidth=nan"],
+        vec!["--link-bandwidth=1e9"],
+    ] {
+        let mut args = vec![
+            "map",
+            "--matrix",
+            m.as_str(),
+            "--synthetic",
+            "pack:2 core:2 pu:1",
+            "--nodes",
+            "4",
+        ];
+        args.extend(extra.iter().copied());
+        let o = huddle(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains("--link-bandwidth"), "{extra:?}: {err}");
+    }
+}
+
 fn bad(content: &str, extra: &[&str]) -> (i32, String) {
     let dir = Scratch::new(
         "map-test",

@@ -51,6 +51,9 @@ pub enum MapError {
     Location(#[from] topology::TopologyError),
     #[error("scotch: {0}")]
     Scotch(String),
+    /// The advisor's link bandwidth must be a positive, finite number of bytes per second.
+    #[error("link bandwidth must be a positive number of bytes per second, not {0}")]
+    LinkBandwidth(f64),
 }
 
 /// The mapping algorithms `--algorithm` selects.
