@@ -88,6 +88,10 @@ pub struct Args {
     /// (default 1.25e9: one 10 Gb/s Myri-10G link, SIMMer's network)
     #[arg(long, value_name = "BYTES_PER_S")]
     pub link_bandwidth: Option<f64>,
+    /// Score this placement instead of computing one: PU OS indexes per task, comma-separated
+    /// (as --format cpus prints them); prints {"cost", "levels", "mapping"} as JSON
+    #[arg(long, value_name = "CPUS", conflicts_with = "advise")]
+    pub score: Option<String>,
     /// How the matrix file is laid out
     #[arg(long, value_enum, default_value = "auto")]
     pub orientation: OrientArg,
@@ -139,6 +143,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
         return Ok(0);
     }
+    if let Some(list) = &args.score {
+        let slots = score_slots(list, &target, m.n())?;
+        let e = mapping::cost::evaluate_matrix(&m, &target, &slots);
+        let levels: BTreeMap<&'static str, f64> =
+            e.levels.iter().map(|(l, v)| (l.name(), *v)).collect();
+        let os: Vec<u32> = slots.iter().map(|&g| target.os_index(g)).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"cost": e.cost, "levels": levels, "mapping": os})
+            )?
+        );
+        return Ok(0);
+    }
     let result = mapping::map(&m, &target, &opts).map_err(map_err)?;
     print!(
         "{}",
@@ -151,6 +169,35 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         )?
     );
     Ok(0)
+}
+
+/// The global PU slots of a `--score` list of OS indexes, one per task of an n-task matrix.
+fn score_slots(list: &str, target: &Target, n: usize) -> anyhow::Result<Vec<usize>> {
+    if target.is_cluster() {
+        return Err(bad_input(
+            "--score places tasks on one machine: leave out --nodes and --node-xml",
+        ));
+    }
+    let slots =
+        list.split(',')
+            .map(|s| {
+                let os: u32 = s.trim().parse().map_err(|_| {
+                    bad_input(format!("--score: '{}' is not a PU OS index", s.trim()))
+                })?;
+                (0..target.num_pus())
+                    .find(|&g| target.os_index(g) == os)
+                    .ok_or_else(|| {
+                        bad_input(format!("--score: the machine has no PU with OS index {os}"))
+                    })
+            })
+            .collect::<anyhow::Result<Vec<usize>>>()?;
+    if slots.len() != n {
+        return Err(bad_input(format!(
+            "--score: {} PUs for a matrix of {n} tasks",
+            slots.len()
+        )));
+    }
+    Ok(slots)
 }
 
 fn load_target(args: &Args) -> anyhow::Result<Target> {

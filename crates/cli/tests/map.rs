@@ -260,6 +260,50 @@ fn bad_link_bandwidth_is_one_line_exit_2() {
     }
 }
 
+#[test]
+fn score_gives_the_cost_of_a_given_placement() {
+    // The mapping huddle computes, scored back, costs what it said; a worse placement costs more.
+    let mapped = json(&cg32_on_xeon(&[]));
+    let cpus: Vec<String> = mapped["mapping"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    let scored = json(&cg32_on_xeon(&["--score", &cpus.join(",")]));
+    let (a, b) = (
+        mapped["cost"].as_f64().unwrap(),
+        scored["cost"].as_f64().unwrap(),
+    );
+    assert!((a - b).abs() <= 1e-9 * a.max(1.0), "{a} vs {b}");
+    assert_eq!(scored["mapping"], mapped["mapping"]);
+    // Scatter every rank away from its partners: ranks in OS order 0, 16, 1, 17, ...
+    let round_robin = json(&cg32_on_xeon(&["--algorithm", "round-robin"]));
+    let rr: Vec<String> = round_robin["mapping"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    let worse = json(&cg32_on_xeon(&["--score", &rr.join(",")]));
+    assert_eq!(worse["cost"], round_robin["cost"]);
+    assert!(worse["cost"].as_f64().unwrap() > a);
+    // Bad lists: one line, exit 2.
+    for (list, want) in [
+        ("0,1", "2 PUs for a matrix of 32 tasks"),
+        ("x", "'x' is not a PU OS index"),
+        ("999", "no PU with OS index 999"),
+    ] {
+        let out = cg32_on_xeon(&["--score", list]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(want) && err.trim().lines().count() == 1,
+            "{err}"
+        );
+    }
+}
+
 fn bad(content: &str, extra: &[&str]) -> (i32, String) {
     let dir = Scratch::new(
         "map-test",
