@@ -119,6 +119,68 @@ pub fn board_path() -> PathBuf {
     simmer::board::default_dir().join(format!("huddle-run-{}.board", std::process::id()))
 }
 
+/// Removes what huddle processes killed before they could clean up left behind: the private
+/// directories with their agents' ring files, and the boards of MPI runs (see
+/// [`detect::session::remove_stale_private_dirs`] and [`remove_stale_boards`]).
+pub fn remove_leftovers() {
+    detect::session::remove_stale_private_dirs(&detect::session::private_base());
+    remove_stale_boards(&simmer::board::default_dir());
+}
+
+/// Removes from the board directory `dir` the boards and scratch rank matrices
+/// (`huddle-run-PID.board`, `.csv`) of huddle processes that were killed before they could
+/// remove them: PID is gone, and no rank listed on the board still runs (the board of an
+/// orphaned job stays readable by `huddle attach`). Only regular files of our own user are
+/// removed; returns how many.
+pub fn remove_stale_boards(dir: &std::path::Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(String::from))
+        .collect();
+    // Boards first: a rank matrix stays with a board that stays.
+    names.sort_by_key(|n| !n.ends_with(".board"));
+    let mut removed = 0;
+    for name in names {
+        let Some((pid, ext)) = name
+            .strip_prefix("huddle-run-")
+            .and_then(|r| r.split_once('.'))
+        else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if !matches!(ext, "board" | "csv") || detect::procs::start_ticks(pid).is_some() {
+            continue;
+        }
+        let path = dir.join(&name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() || meta.uid() != me {
+            continue;
+        }
+        let board = path.with_extension("board");
+        let ranks_alive = simmer::board::Board::open(&board)
+            .and_then(|b| b.snapshot())
+            .is_ok_and(|snap| {
+                snap.ranks
+                    .iter()
+                    .any(|r| r.alive && detect::procs::start_ticks(r.pid).is_some())
+            });
+        if !ranks_alive && std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Where the ranks' rank matrix goes when the user asked for none: beside the board, removed
 /// after the run.
 pub fn scratch_rank_matrix() -> PathBuf {
@@ -212,4 +274,39 @@ pub fn board_of_tree(tree: &[u32]) -> Option<PathBuf> {
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boards_of_killed_runs_are_removed_and_live_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("huddle-boards-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead = gone.id();
+        gone.wait().unwrap();
+        let me = std::process::id();
+        let names = [
+            format!("huddle-run-{dead}.board"),
+            format!("huddle-run-{dead}.csv"),
+            format!("huddle-run-{me}.board"),
+            format!("huddle-run-{me}.csv"),
+            format!("huddle-run-{dead}.txt"),
+            "mine.board".to_string(),
+        ];
+        for n in &names {
+            std::fs::write(dir.join(n), b"not a board").unwrap();
+        }
+        assert_eq!(remove_stale_boards(&dir), 2);
+        for n in &names[..2] {
+            assert!(!dir.join(n).exists(), "{n} removed");
+        }
+        for n in &names[2..] {
+            assert!(dir.join(n).exists(), "{n} kept");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

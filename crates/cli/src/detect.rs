@@ -176,6 +176,7 @@ fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     detect::signals::install_pause();
+    crate::agent::remove_leftovers();
     if !(args.rearm_rate.is_finite() && (0.0..=1.0).contains(&args.rearm_rate)) {
         return Err(bad_input(format!(
             "--rearm-rate {}: must be between 0 and 1",
@@ -253,21 +254,22 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         program: program.clone(),
         args: rest.to_vec(),
     };
-    let mut s = Session::start(target, &cfg).map_err(|e| match e {
-        DetectError::CommandNotFound(_) => Exit {
-            code: 127,
-            message: e.to_string(),
-        }
-        .into(),
-        DetectError::Exec { .. } => Exit {
-            code: 126,
-            message: e.to_string(),
-        }
-        .into(),
-        DetectError::BlockSize(_) => bad_input(e),
-        other => anyhow::Error::new(other),
-    })
-    .map_err(discard)?;
+    let mut s = Session::start(target, &cfg)
+        .map_err(|e| match e {
+            DetectError::CommandNotFound(_) => Exit {
+                code: 127,
+                message: e.to_string(),
+            }
+            .into(),
+            DetectError::Exec { .. } => Exit {
+                code: 126,
+                message: e.to_string(),
+            }
+            .into(),
+            DetectError::BlockSize(_) => bad_input(e),
+            other => anyhow::Error::new(other),
+        })
+        .map_err(discard)?;
     for src in s.sources().iter().filter(|x| !x.active) {
         eprintln!("huddle: {}: {}", src.name, src.note);
     }

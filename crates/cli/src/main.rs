@@ -7,6 +7,7 @@ mod exit;
 mod launch;
 mod machine_args;
 mod map;
+mod outputs;
 mod report;
 mod run;
 mod topo;

@@ -31,7 +31,9 @@ pub struct Common {
     /// Only use these PUs (hwloc location syntax: pu:0-3, core:2, package:1.core:0, 0-3)
     #[arg(long, value_name = "LOCATION")]
     pub pus: Option<String>,
-    /// Write the raw data and an HTML report (index.html) into DIR
+    /// Write the raw data and an HTML report (index.html) into DIR: an existing writable
+    /// directory, or one huddle creates (mode 0700) in an existing parent; checked before
+    /// the program starts
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
     /// Bytes per detection block (power of two)
@@ -108,7 +110,17 @@ pub struct RunArgs {
     their cpuset). MPI ranks that already run with the PMPI agent preloaded write a board in \
     huddle's board directory: attach finds it by the ranks' pids and merges their exact \
     traffic as `huddle run` does (--source). huddle only acts on processes its user may \
-    ptrace. Stops when the program ends, after --seconds, or on SIGINT; the program runs on."
+    ptrace.\n\n\
+    huddle never signals the program it attached to. It lets go when the program ends, \
+    after --seconds, or when huddle gets SIGINT, SIGTERM, SIGHUP or SIGQUIT (Ctrl-C, kill, \
+    timeout, a closed terminal): it stops pinning, puts back the affinity mask of every \
+    thread it pinned (threads the program started meanwhile that inherited a mask huddle \
+    set get their process's mask from before; a mask the program set itself meanwhile \
+    stays), closes its perf events, writes the report, and exits: 0 when the program ended \
+    or --seconds passed, 128+N after signal N, 2 for bad input (checked before anything \
+    is pinned). The program runs on, placed as it was before huddle came (pages moved with \
+    --move-pages stay where they went). Only if huddle is killed outright (SIGKILL) does the \
+    last placement stay."
 )]
 pub struct AttachArgs {
     #[command(flatten)]
@@ -204,6 +216,7 @@ fn config(
     machine: String,
 ) -> Config {
     Config {
+        ownership: run::Ownership::Launched,
         policy,
         controller: Controller::new(c.threshold / 100.0),
         page_budget: if c.move_pages { c.page_budget } else { 0 },
@@ -213,6 +226,14 @@ fn config(
         command,
         machine_description: machine,
     }
+}
+
+/// The report directory, made ready before the program starts (see [`crate::outputs`]).
+fn report_dir(c: &Common) -> anyhow::Result<Option<crate::outputs::OutDir>> {
+    c.report
+        .as_deref()
+        .map(|d| crate::outputs::dir("--report", d, 0o700))
+        .transpose()
 }
 
 /// Writes the report if asked. A failure is printed, not returned: `run` must still hand back
@@ -246,10 +267,7 @@ fn simmer_policy(
     let board = crate::agent::board_path();
     std::env::set_var("HUDDLE_BOARD", &board);
     if let Some(report) = &c.report {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(report)?;
+        // The directory itself is made by report_dir before the program starts.
         std::env::set_var("HUDDLE_RANK_MATRIX", report.join("rank-matrix.csv"));
     } else {
         std::env::set_var("HUDDLE_RANK_MATRIX", crate::agent::scratch_rank_matrix());
@@ -263,12 +281,20 @@ fn simmer_policy(
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     detect::signals::install_pause();
+    crate::agent::remove_leftovers();
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     // A missing program is reported by the session below (exit 127).
     if args.common.policy == "simmer" && detect::resolve_program(program).is_some() {
         crate::agent::preload(&crate::agent::pmpi_library(program).map_err(bad_input)?);
     }
     let (target, policy, machine) = check(&args.common, None)?;
+    let report = report_dir(&args.common)?;
+    let discard = |e: anyhow::Error| {
+        if let Some(r) = &report {
+            r.discard_if_unused();
+        }
+        e
+    };
     let mpi = crate::agent::mpi_setup(
         args.common.source.as_deref(),
         program,
@@ -280,7 +306,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             .map_or_else(crate::agent::scratch_rank_matrix, |r| {
                 r.join("rank-matrix.csv")
             }),
-    )?;
+    )
+    .map_err(discard)?;
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),
@@ -296,7 +323,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         .into(),
         detect::DetectError::BlockSize(_) => bad_input(e),
         other => anyhow::Error::new(other),
-    })?;
+    })
+    .map_err(discard)?;
     run::install_signal_forwarding();
     let command = args
         .command
@@ -329,6 +357,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 }
 
 pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
+    // First: from here on SIGINT, SIGTERM, SIGHUP and SIGQUIT only make huddle let go.
+    run::install_detach_signals();
     detect::signals::install_pause();
     if args.common.policy == "simmer" {
         return Err(bad_input(
@@ -355,6 +385,7 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         return Err(bad_input(format!("process {}: no such process", args.pid)));
     }
     let (target, policy, machine) = check(&args.common, Some(&cpus))?;
+    let report = report_dir(&args.common)?;
     // attach cannot preload the PMPI agent, but ranks that run with it write a board.
     let mpi = match asked {
         Some(SourceMode::Faults) => None,
@@ -382,11 +413,15 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         detect::Target::Attach(args.pid),
         &detect_config(&args.common, false),
     )
-    .map_err(|e| match e {
-        detect::DetectError::NoSuchProcess(_) => bad_input(e),
-        other => anyhow::Error::new(other),
+    .map_err(|e| {
+        if let Some(r) = &report {
+            r.discard_if_unused();
+        }
+        match e {
+            detect::DetectError::NoSuchProcess(_) => bad_input(e),
+            other => anyhow::Error::new(other),
+        }
     })?;
-    run::install_signal_forwarding();
     let comm = std::fs::read_to_string(format!("/proc/{}/comm", args.pid)).unwrap_or_default();
     let mut obs = Detected {
         session,
@@ -400,7 +435,20 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         machine,
     );
     cfg.max_seconds = args.seconds;
-    let data = run::manage(&mut obs, &target, cfg);
+    cfg.ownership = run::Ownership::Attached;
+    let (data, stop) = run::manage_until(&mut obs, &target, cfg);
+    // The perf events close here, before the report is written.
+    drop(obs);
     finish(&args.common, &data);
-    Ok(0)
+    Ok(match stop {
+        run::Stop::Signal(s) => {
+            eprintln!(
+                "huddle: {}: let go of process {}, which runs on (not signalled; affinity put back)",
+                run::signal_name(s),
+                args.pid
+            );
+            128 + s
+        }
+        run::Stop::Ended | run::Stop::TimeUp => 0,
+    })
 }

@@ -20,10 +20,13 @@ use topology::{Machine, ObjKind};
     per-class rule table (JSON, schema huddle.msg-rules/1, see docs/msg.md) where `huddle \
     launch` finds it: --output, else $HUDDLE_MSG_RULES, else \
     $XDG_CONFIG_HOME/huddle/msg-rules.json (~/.config/huddle/msg-rules.json). Classes with \
-    no pair on this machine keep the rules derived from the cache sizes."
+    no pair on this machine keep the rules derived from the cache sizes. The file is checked \
+    for writing before anything is measured; only the default location's directory \
+    (huddle/ in the config directory) is created, an --output or $HUDDLE_MSG_RULES file's \
+    directory must exist."
 )]
 pub struct Args {
-    /// Where to store the table
+    /// Where to store the table (its directory must exist)
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Fewer candidates and sizes (seconds instead of a minute per class)
@@ -80,12 +83,29 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(out) = &args.worker {
         return worker(out, args.quick);
     }
+    let path = match (&args.output, std::env::var_os("HUDDLE_MSG_RULES")) {
+        (Some(p), _) => {
+            crate::outputs::file("--output", p)?;
+            p.clone()
+        }
+        (None, Some(p)) => {
+            let p = PathBuf::from(p);
+            crate::outputs::file("HUDDLE_MSG_RULES", &p)?;
+            p
+        }
+        (None, None) => {
+            let p = default_rules_path()
+                .ok_or_else(|| bad_input("no HOME to store the rules under: give --output"))?;
+            // The documented default: its directory in the user's config directory is made.
+            if let Some(dir) = p.parent() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| bad_input(format!("{}: {e}", dir.display())))?;
+            }
+            crate::outputs::file("the rule table", &p)?;
+            p
+        }
+    };
     let m = Machine::from_system()?;
-    let path = args
-        .output
-        .clone()
-        .or_else(default_rules_path)
-        .ok_or_else(|| bad_input("no HOME to store the rules under: give --output"))?;
     let defaults = RuleTable::from_caches(&m);
     let mut table = defaults.clone();
     let exe = std::env::current_exe()?;
@@ -106,12 +126,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             args: wargs,
             job: launch::job_spec(&m, &[a, b], &defaults)?,
             grace: Duration::from_secs(5),
-        })?;
-        if let Some(f) = outcome.failure {
+        });
+        // The worker's file goes whatever happened.
+        let text = std::fs::read_to_string(&tmp);
+        let _ = std::fs::remove_file(&tmp);
+        if let Some(f) = outcome?.failure {
             anyhow::bail!("measuring class {} on PUs {a},{b}: {f}", class.name());
         }
-        let text = std::fs::read_to_string(&tmp)?;
-        let _ = std::fs::remove_file(&tmp);
+        let text = text?;
         let points: Vec<Point> = serde_json::from_str(&text)?;
         let base = defaults.rules[&class];
         let rule = tune::choose(&points, base);

@@ -41,7 +41,7 @@ pub struct Args {
     /// Size of each shared region (per pair or group), e.g. 4MiB, 512K, 1048576
     #[arg(long, value_name = "B", default_value = "4MiB")]
     pub bytes: String,
-    /// Where ground-truth.csv and workload.json go (created if missing)
+    /// Where ground-truth.csv and workload.json go (created if missing; its parent must exist)
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub out_dir: PathBuf,
     /// Print the summary as JSON (schema huddle.workload/1, docs/workload-json.md)
@@ -140,8 +140,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(list) = &args.pin {
         spec.pin = Some(parse_pin(list)?);
     }
-    std::fs::create_dir_all(&args.out_dir)
-        .map_err(|e| bad_input(format!("--out-dir {}: {e}", args.out_dir.display())))?;
+    crate::outputs::dir("--out-dir", &args.out_dir, 0o755)?;
 
     let (report, failure) = match workloads::run(&spec) {
         Ok(r) => (r, None),

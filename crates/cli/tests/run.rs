@@ -87,17 +87,22 @@ fn a_missing_command_is_127_with_a_message() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
+/// The report directory is checked before the program starts (tests/outputs.rs); one that
+/// goes away during the run costs the report, not the program's status.
 #[test]
 fn a_report_that_cannot_be_written_keeps_the_programs_status() {
+    let dir = scratch("late-report");
+    let report = dir.join("r");
+    let script = format!("rmdir {r} && touch {r} && exit 5", r = report.display());
     let out = run(&[
         "run",
         "--quiet",
         "--report",
-        "/proc/huddle-no-such-dir",
+        &report.display().to_string(),
         "--",
         "sh",
         "-c",
-        "exit 5",
+        &script,
     ]);
     assert_eq!(out.status.code(), Some(5));
     let err = String::from_utf8_lossy(&out.stderr);

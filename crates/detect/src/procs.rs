@@ -41,6 +41,23 @@ pub fn read_stat(path: &Path) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(path).ok()?)
 }
 
+/// Field 22 of a stat line: when the process started, in clock ticks since boot. With the
+/// pid it names one process for good, where the pid alone may be reused.
+pub fn parse_start_ticks(text: &str) -> Option<u64> {
+    let close = text.rfind(')')?;
+    // The first field after the command is field 3.
+    text.get(close + 1..)?
+        .split_whitespace()
+        .nth(22 - 3)?
+        .parse()
+        .ok()
+}
+
+/// When process `pid` started (clock ticks since boot); None when there is no such process.
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    parse_start_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
 /// Thread ids of a process (empty if it is gone).
 pub fn threads(pid: u32) -> Vec<u32> {
     let mut out: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -139,6 +156,8 @@ mod tests {
             ('S', 17, 280, 1)
         );
         assert!(parse_stat("garbage").is_none());
+        assert_eq!(parse_start_ticks(line), Some(1000));
+        assert_eq!(parse_start_ticks("garbage"), None);
     }
 
     #[test]
@@ -178,6 +197,8 @@ mod tests {
         child.wait().unwrap();
         assert!(process_tree(pid).is_empty());
         assert!(threads(pid).is_empty());
+        assert!(start_ticks(pid).is_none());
+        assert!(start_ticks(std::process::id()).is_some());
         assert!(may_ptrace(pid).is_err());
     }
 }

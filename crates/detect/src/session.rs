@@ -339,19 +339,81 @@ fn cstr(s: &[u8], what: &str) -> Result<CString, DetectError> {
     })
 }
 
-/// A private directory (0700) for the agent's ring files.
-fn private_dir() -> Result<PathBuf, DetectError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
+/// Prefix of the private directories: `huddle-detect-PID-sSTART-N`, PID and START (clock
+/// ticks since boot, /proc/PID/stat field 22) naming the huddle process that made it.
+const PRIVATE_PREFIX: &str = "huddle-detect-";
+
+/// Where the private directories go: $XDG_RUNTIME_DIR if it is a directory, else the
+/// temporary directory ($TMPDIR, /tmp).
+pub fn private_base() -> PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// Whether the huddle process that named a private directory `name` is gone, so that the
+/// directory is left over (huddle was killed before it could remove it). A directory named
+/// after a live process stays: its owner still reads it. A pid in use again by another
+/// process (its start time is not the one in the name) counts as gone. Older names, without
+/// the start time, are left over only when their pid is not in use at all.
+fn private_dir_is_stale(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(PRIVATE_PREFIX) else {
+        return false;
+    };
+    let mut parts = rest.split('-');
+    let Some(pid) = parts.next().and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    match procs::start_ticks(pid) {
+        None => true,
+        Some(now) => match parts.next().and_then(|s| s.strip_prefix('s')) {
+            Some(start) => start.parse::<u64>().is_ok_and(|start| start != now),
+            None => false,
+        },
+    }
+}
+
+/// Removes the private directories in `base` that huddle processes killed before they could
+/// clean up left behind (with the agents' ring files in them), and returns how many. Only
+/// real directories of our own user are touched, never what a symbolic link points to, and
+/// never the directory of a huddle that still runs (see [`private_dir_is_stale`]). A program
+/// that outlived its huddle keeps its mapping of a removed ring.
+pub fn remove_stale_private_dirs(base: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !private_dir_is_stale(name) {
+            continue;
+        }
+        let path = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() && meta.uid() == me && std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// A private directory (0700) for the agent's ring files. Directories that killed huddle
+/// processes left behind are removed first.
+fn private_dir() -> Result<PathBuf, DetectError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = private_base();
+    remove_stale_private_dirs(&base);
+    let me = std::process::id();
+    let start = procs::start_ticks(me).unwrap_or(0);
     for i in 0..100u32 {
-        let d = base.join(format!(
-            "huddle-detect-{}-{}-{i}",
-            std::process::id(),
-            monotonic_ns() % 1_000_000
-        ));
+        let d = base.join(format!("{PRIVATE_PREFIX}{me}-s{start}-{i}"));
         match std::fs::DirBuilder::new().mode(0o700).create(&d) {
             Ok(()) => return Ok(d),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -1383,7 +1445,59 @@ fn hw_sampling_note() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{age_rows, in_tree, Record};
+    use super::{age_rows, in_tree, remove_stale_private_dirs, Record};
+    use crate::procs;
+
+    /// Left-over directories of dead (or replaced) huddle processes go; those of live ones,
+    /// files, links and anything not named like ours stay.
+    #[test]
+    fn stale_private_dirs_are_removed_and_live_ones_kept() {
+        let base = std::env::temp_dir().join(format!("huddle-stale-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead = gone.id();
+        gone.wait().unwrap();
+        let me = std::process::id();
+        let start = procs::start_ticks(me).unwrap();
+        let stale = [
+            format!("huddle-detect-{dead}-s123-0"),
+            // Our pid, but another start time: a process the pid belonged to before us.
+            format!("huddle-detect-{me}-s{}-0", start + 1),
+            // Older names without the start time, of a pid not in use.
+            format!("huddle-detect-{dead}-4711-0"),
+        ];
+        let live = [
+            format!("huddle-detect-{me}-s{start}-0"),
+            format!("huddle-detect-{me}-4711-0"),
+            "huddle-detect-notapid-s1-0".to_string(),
+            format!("other-{dead}-s1-0"),
+        ];
+        for d in stale.iter().chain(&live) {
+            std::fs::create_dir(base.join(d)).unwrap();
+            std::fs::write(base.join(d).join(format!("agent-{dead}.ring")), b"x").unwrap();
+        }
+        // A file and a link with a stale name, the link to a directory that must survive.
+        std::fs::write(base.join(format!("huddle-detect-{dead}-s1-1")), b"x").unwrap();
+        let victim = base.join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::write(victim.join("keep"), b"x").unwrap();
+        std::os::unix::fs::symlink(&victim, base.join(format!("huddle-detect-{dead}-s1-2")))
+            .unwrap();
+        assert_eq!(remove_stale_private_dirs(&base), stale.len());
+        for d in &stale {
+            assert!(!base.join(d).exists(), "{d} removed");
+        }
+        for d in &live {
+            assert!(
+                base.join(d).join(format!("agent-{dead}.ring")).exists(),
+                "{d} kept"
+            );
+        }
+        assert!(base.join(format!("huddle-detect-{dead}-s1-1")).is_file());
+        assert!(victim.join("keep").is_file());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn system_wide_records_are_kept_for_the_tree_and_what_it_starts() {

@@ -174,6 +174,8 @@ fn quality(
 
 fn main() {
     let dir = std::env::temp_dir().join(format!("huddle-bench-manager-{}", std::process::id()));
+    // huddle makes the output directories it is given, not their parents.
+    std::fs::create_dir_all(&dir).expect("scratch directory");
     let machine = topology::Machine::from_system().expect("this machine");
     let target = Target::machine(machine.clone());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

@@ -2,7 +2,8 @@
 //!
 //! - [`procs`] (from `detect`, which attaches to them) finds the program's processes and
 //!   threads in /proc and what each costs.
-//! - [`actuate`] pins threads (sched_setaffinity) and moves pages (move_pages).
+//! - [`actuate`] pins threads (sched_setaffinity) and moves pages (move_pages); [`ledger`]
+//!   remembers the masks it changed, for `huddle attach` to put back.
 //! - [`pages`] makes a migrated task's memory follow it (`--move-pages`), a budget at a time.
 //! - [`control`] decides when to migrate: adaptive interval, threshold, no ping-pong.
 //! - [`idle`] tells which tasks do not run, so that mapping leaves them out.
@@ -14,6 +15,7 @@
 pub mod actuate;
 pub mod control;
 pub mod idle;
+pub mod ledger;
 pub mod mpi;
 pub mod observe;
 pub mod pages;

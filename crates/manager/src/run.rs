@@ -89,8 +89,34 @@ pub trait Observer {
     fn set_paused(&mut self, _paused: bool) {}
 }
 
+/// Whose program it is: what huddle's signals mean, and what is left when huddle stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// `huddle run`: huddle started the program. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+    /// huddle are passed on to it (see [`install_signal_forwarding`]); the loop ends when the
+    /// program does, and its last placement stays until then.
+    Launched,
+    /// `huddle attach`: the program is someone else's. It is never sent a signal; SIGINT,
+    /// SIGTERM, SIGHUP and SIGQUIT sent to huddle end the loop (see
+    /// [`install_detach_signals`]), and every affinity mask huddle changed is put back (see
+    /// [`crate::ledger`]) however the loop ends.
+    Attached,
+}
+
+/// Why the loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The program ended.
+    Ended,
+    /// `max_seconds` passed.
+    TimeUp,
+    /// An attached program was let go because huddle got this signal.
+    Signal(i32),
+}
+
 /// Options of one managed run.
 pub struct Config {
+    pub ownership: Ownership,
     pub policy: Box<dyn Policy>,
     pub controller: Controller,
     /// Pages per task moved per interval with --move-pages (0 = off). Only used when the
@@ -118,6 +144,8 @@ pub const MIN_TRAFFIC_PER_TASK: f64 = 18.0;
 
 /// A pending signal huddle should pass on to the program (set from a signal handler).
 pub static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// A signal that tells huddle to let an attached program go (set from a signal handler).
+static DETACH: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// Live tasks of the snapshot: their indices in the matrix.
 fn live(matrix: &CommMatrix, tasks: &[TaskInfo]) -> Vec<usize> {
@@ -150,8 +178,18 @@ fn restrict(matrix: &CommMatrix, idx: &[usize]) -> CommMatrix {
 
 /// Runs the loop until the program ends (or `max_seconds`), then returns everything the
 /// report needs. Acting failures (a thread that exits, EPERM) are recorded, never fatal.
-pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunData {
+pub fn manage(obs: &mut dyn Observer, target: &Target, cfg: Config) -> RunData {
+    manage_until(obs, target, cfg).0
+}
+
+/// [`manage`], also saying why the loop ended. With [`Ownership::Attached`] the program's
+/// affinity masks are as they were before (see [`crate::ledger`]) when this returns.
+pub fn manage_until(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> (RunData, Stop) {
     let start = Instant::now();
+    let mut ledger = match cfg.ownership {
+        Ownership::Launched => crate::ledger::Ledger::launched(),
+        Ownership::Attached => crate::ledger::Ledger::attached(obs.pid()),
+    };
     let started_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
@@ -182,14 +220,24 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             "--move-pages: the allowed PUs share one NUMA node, so no page has to move".into(),
         );
     }
+    let mut stop = Stop::Ended;
     let exit = loop {
         // Events are drained after every slice; a slice ends early when a buffer fills, and
         // lasts at most 100 ms so exits and signals are handled promptly.
         let wake = Instant::now() + Duration::from_millis(cfg.controller.interval_ms);
         let mut exit = None;
         let mut events = 0;
+        let mut detach = 0;
         while Instant::now() < wake && exit.is_none() {
-            forward_signal(obs.pid());
+            match cfg.ownership {
+                Ownership::Launched => forward_signal(obs.pid()),
+                Ownership::Attached => {
+                    detach = DETACH.swap(0, std::sync::atomic::Ordering::SeqCst);
+                    if detach != 0 {
+                        break;
+                    }
+                }
+            }
             if let Some(paused) = detect::signals::take_pause() {
                 obs.set_paused(paused);
             }
@@ -202,6 +250,12 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             events += obs.poll();
         }
         events += obs.poll();
+        if detach != 0 {
+            // No decision after the signal: the program is let go as it is.
+            stop = Stop::Signal(detach);
+            total_events += events;
+            break None;
+        }
         let t = start.elapsed().as_secs_f64();
         let interval_s = cfg.controller.interval_ms as f64 / 1000.0;
         total_events += events;
@@ -353,9 +407,9 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
                             continue;
                         }
                         let pinned_now = if task.whole_process {
-                            actuate::set_process_affinity(task.pid, &[new_os[k]])
+                            ledger.pin_process(task.pid, &[new_os[k]])
                         } else {
-                            actuate::set_affinity(task.tid, &[new_os[k]])
+                            ledger.pin_thread(task.pid, task.tid, &[new_os[k]])
                         };
                         match pinned_now {
                             Ok(()) => {
@@ -423,11 +477,36 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
             break obs.try_wait();
         }
         if cfg.max_seconds.is_some_and(|m| t >= m) {
+            stop = Stop::TimeUp;
             break None;
         }
     };
     if cfg.status_line {
         eprintln!();
+    }
+    if cfg.ownership == Ownership::Attached {
+        let restored = ledger.restore();
+        let why = match stop {
+            Stop::Ended => "the program ended".to_string(),
+            Stop::TimeUp => "--seconds passed".to_string(),
+            Stop::Signal(s) => format!("huddle got {}", signal_name(s)),
+        };
+        push_note(
+            &mut notes,
+            format!(
+                "detached ({why}): the program was not signalled; {} of the {} threads huddle pinned had their affinity mask put back{}",
+                restored.threads,
+                ledger.changed(),
+                if ledger.changed() > restored.threads {
+                    " (the others had ended, or had set their own mask since)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        for f in restored.failures {
+            push_note(&mut notes, format!("affinity not put back: {f}"));
+        }
     }
 
     total_events += obs.flush();
@@ -491,7 +570,18 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> RunDa
         lost_events: obs.lost(),
         notes,
     };
-    data
+    (data, stop)
+}
+
+/// "SIGTERM" for 15, and so on for the signals huddle handles.
+pub fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        other => format!("signal {other}"),
+    }
 }
 
 /// The expected communication cost of tasks that may each run anywhere in their mask: for
@@ -562,20 +652,37 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut li
     }
 }
 
-/// Installs the forwarding handler for SIGINT, SIGTERM, SIGHUP and SIGQUIT.
-pub fn install_signal_forwarding() {
+extern "C" fn on_detach(sig: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // From a terminal or from kill alike: the program is not ours to signal.
+    DETACH.store(sig, std::sync::atomic::Ordering::SeqCst);
+}
+
+type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+
+fn install(handler: Handler) {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
         // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
-            let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                on_signal;
             sa.sa_sigaction = handler as usize;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
+}
+
+/// Installs the forwarding handler for SIGINT, SIGTERM, SIGHUP and SIGQUIT
+/// ([`Ownership::Launched`]).
+pub fn install_signal_forwarding() {
+    install(on_signal);
+}
+
+/// Makes SIGINT, SIGTERM, SIGHUP and SIGQUIT end the loop of [`Ownership::Attached`]
+/// instead of huddle: it then puts the program's masks back and returns. Install it before
+/// anything else, so that a signal during start-up is not lost either.
+pub fn install_detach_signals() {
+    install(on_detach);
 }
 
 #[cfg(test)]
@@ -701,6 +808,7 @@ mod tests {
     /// The `comm` policy with defaults, stopping after `seconds`.
     fn comm_config(seconds: f64) -> Config {
         Config {
+            ownership: Ownership::Launched,
             policy: crate::policy::parse("comm", 1).unwrap(),
             controller: Controller::default(),
             page_budget: 0,
@@ -749,6 +857,75 @@ mod tests {
         assert!(!late.is_empty(), "decisions go on: {:?}", data.decisions);
         for d in late {
             assert_eq!(d.tasks, vec![1, 2], "the idle task is not mapped: {d:?}");
+        }
+    }
+
+    /// An attached program: pinned while huddle holds it, its masks put back when huddle
+    /// lets go, after --seconds or on a detach signal, and no signal sent to it.
+    #[test]
+    fn an_attached_program_gets_its_masks_back() {
+        let machine = Machine::from_system().unwrap();
+        assert!(
+            machine.allowed_pus().count() >= 2,
+            "needs two PUs (the test machine has two)"
+        );
+        let target = Target::machine(machine);
+        for by_signal in [false, true] {
+            let mut obs = Fixed::new(sleepers(3), CommMatrix::zeros(3));
+            let ids: Vec<u32> = obs.children.iter().map(Child::id).collect();
+            let before: Vec<Vec<u32>> = ids
+                .iter()
+                .map(|&id| actuate::get_affinity(id).unwrap())
+                .collect();
+            let mut cfg = comm_config(if by_signal { 30.0 } else { 0.6 });
+            cfg.ownership = Ownership::Attached;
+            cfg.policy = crate::policy::parse("static:compact", 1).unwrap();
+            let watcher = {
+                let ids = ids.clone();
+                std::thread::spawn(move || {
+                    // Until every task is pinned to one PU, then (by_signal) "SIGTERM".
+                    let end = Instant::now() + Duration::from_secs(10);
+                    while Instant::now() < end {
+                        let pinned = ids
+                            .iter()
+                            .all(|&id| actuate::get_affinity(id).is_some_and(|m| m.len() == 1));
+                        if pinned {
+                            if by_signal {
+                                DETACH.store(libc::SIGTERM, std::sync::atomic::Ordering::SeqCst);
+                            }
+                            return true;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    false
+                })
+            };
+            let (data, stop) = manage_until(&mut obs, &target, cfg);
+            assert!(
+                watcher.join().unwrap(),
+                "pinned meanwhile: {:?}",
+                data.decisions
+            );
+            let want = if by_signal {
+                Stop::Signal(libc::SIGTERM)
+            } else {
+                Stop::TimeUp
+            };
+            assert_eq!(stop, want);
+            for (k, &id) in ids.iter().enumerate() {
+                assert_eq!(actuate::get_affinity(id).unwrap(), before[k], "task {k}");
+            }
+            for c in &mut obs.children {
+                assert!(c.try_wait().unwrap().is_none(), "the program runs on");
+            }
+            assert!(
+                data.info
+                    .notes
+                    .iter()
+                    .any(|n| n.starts_with("detached") && n.contains("3 of the 3 threads")),
+                "{:?}",
+                data.info.notes
+            );
         }
     }
 
