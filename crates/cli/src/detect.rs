@@ -169,6 +169,38 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
+/// Sharer-table slots: a power of two from 1024, whose table (24 bytes a slot) fits in a
+/// quarter of the machine's memory.
+fn check_table_slots(slots: usize) -> anyhow::Result<()> {
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(u64::MAX, |kib| kib * 1024);
+    let most = (mem / 4 / 24).min(1 << 40);
+    if !slots.is_power_of_two() || slots < 1024 || slots as u64 > most {
+        return Err(bad_input(format!(
+            "--table-slots {slots}: must be a power of two from 1024 to {} (24 bytes each, at most a quarter of this machine's memory)",
+            1u64 << (63 - most.leading_zeros())
+        )));
+    }
+    Ok(())
+}
+
+/// The agent's re-arm floors (pages per second): at most a million each.
+pub fn check_floors(floor: u32, steady: u32) -> anyhow::Result<()> {
+    const MOST: u32 = 1_000_000;
+    if floor > MOST || steady > MOST {
+        return Err(bad_input(format!(
+            "--rearm-floor {floor} / --steady-floor {steady}: at most {MOST} pages per second"
+        )));
+    }
+    Ok(())
+}
+
 fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
     let stem = p.with_extension("");
     PathBuf::from(format!("{}{suffix}", stem.display()))
@@ -186,6 +218,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.interval_ms == 0 {
         return Err(bad_input("--interval-ms must be at least 1"));
     }
+    if !(args.min_share.is_finite() && args.min_share >= 0.0) {
+        return Err(bad_input(format!(
+            "--min-share {}: must be a finite fraction, at least 0",
+            args.min_share
+        )));
+    }
+    check_table_slots(args.table_slots)?;
+    check_floors(args.rearm_floor, args.steady_floor)?;
     // Every file the run ends with, checked before the program starts.
     crate::outputs::file("--out", &args.out)?;
     for derived in [

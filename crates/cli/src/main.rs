@@ -72,8 +72,52 @@ enum Command {
     TuneMsg(tune_msg::Args),
 }
 
+/// Parses the command line. Every option that takes a value accepts negative numbers (so that
+/// `--threshold -5` reaches the range check and its one-line message); clap's own errors are
+/// printed on one line too, exit 2.
+fn parse_cli() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let cmd = Cli::command().mut_subcommands(|sub| {
+        sub.mut_args(|a| {
+            if a.get_action().takes_values() {
+                a.allow_negative_numbers(true)
+            } else {
+                a
+            }
+        })
+    });
+    cmd.try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+        .unwrap_or_else(|e| exit_on_usage_error(e))
+}
+
+fn exit_on_usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    // The message is the text before clap's usage and tips, on one line.
+    let text = e.render().to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("tip:"))
+        .collect();
+    let message = message.join(" ");
+    eprintln!(
+        "huddle: {} (see --help)",
+        message.strip_prefix("error: ").unwrap_or(&message)
+    );
+    std::process::exit(2);
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let result = match cli.command {
         Command::Topo(a) => topo::run(a),
         Command::Workload(a) => workload::run(a),

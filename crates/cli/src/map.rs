@@ -106,6 +106,12 @@ fn map_err(e: MapError) -> anyhow::Error {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let raw = matrix::CommMatrix::read(&args.matrix).map_err(bad_input)?;
+    if !raw.is_symmetric() {
+        eprintln!(
+            "huddle: note: {} is not symmetric; a pair's traffic is taken as the mean of its two directions",
+            args.matrix.display()
+        );
+    }
     let (m, orientation) = match args.orientation {
         OrientArg::Auto => mapping::orient(&raw),
         OrientArg::AsIs => (raw, Orientation::AsIs),

@@ -164,6 +164,9 @@ fn detect_config(c: &Common, agent: bool) -> detect::Config {
 
 /// Options checked, machine loaded, policy made. `cpus`: the OS CPUs the program may run on
 /// when that is not huddle's own set (attach); the mapping uses only those.
+/// Pages moved per task per interval at most (4 GiB of 4 KiB pages).
+const MAX_PAGE_BUDGET: usize = 1 << 20;
+
 fn check(
     c: &Common,
     cpus: Option<&[u32]>,
@@ -174,6 +177,25 @@ fn check(
             c.threshold
         )));
     }
+    if !(0.0..=1.0).contains(&c.simmer_confidence) {
+        return Err(bad_input(format!(
+            "--simmer-confidence {}: must be within 0..1",
+            c.simmer_confidence
+        )));
+    }
+    if !(c.min_traffic.is_finite() && c.min_traffic >= 0.0) {
+        return Err(bad_input(format!(
+            "--min-traffic {}: must be a finite number of events, at least 0",
+            c.min_traffic
+        )));
+    }
+    if !(1..=MAX_PAGE_BUDGET).contains(&c.page_budget) {
+        return Err(bad_input(format!(
+            "--page-budget {}: must be 1..{MAX_PAGE_BUDGET} pages",
+            c.page_budget
+        )));
+    }
+    crate::detect::check_floors(c.rearm_floor, c.steady_floor)?;
     let mut machine = c.machine.load()?;
     if let Some(cpus) = cpus {
         for pu in &mut machine.pus {
@@ -253,12 +275,6 @@ fn simmer_policy(
     machine: &topology::Machine,
 ) -> anyhow::Result<Box<dyn manager::policy::Policy>> {
     use std::os::unix::fs::DirBuilderExt;
-    if !(0.0..=1.0).contains(&c.simmer_confidence) {
-        return Err(bad_input(format!(
-            "--simmer-confidence {}: must be within 0..1",
-            c.simmer_confidence
-        )));
-    }
     let dir = simmer::board::default_dir();
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -372,6 +388,13 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         .map(SourceMode::parse)
         .transpose()
         .map_err(bad_input)?;
+    if let Some(s) = args.seconds {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(bad_input(format!(
+                "--seconds {s}: must be a positive number of seconds"
+            )));
+        }
+    }
     if args.pid <= 0 {
         return Err(bad_input(format!("{}: not a process id", args.pid)));
     }

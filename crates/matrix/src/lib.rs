@@ -20,6 +20,9 @@ pub enum MatrixError {
     },
 }
 
+/// The largest sum of cells a matrix may have (see [`CommMatrix::parse`]).
+pub const MAX_TOTAL: f64 = 1e300;
+
 /// A square matrix of non-negative, finite communication amounts.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CommMatrix {
@@ -98,13 +101,9 @@ impl CommMatrix {
     /// Reads a matrix file; errors name the file, line and column.
     pub fn read(path: &Path) -> Result<CommMatrix, MatrixError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| MatrixError::File {
+        let text = inputfile::read_text(path).map_err(|e| MatrixError::File {
             file: file.clone(),
-            reason: match e.kind() {
-                std::io::ErrorKind::NotFound => "no such file".into(),
-                std::io::ErrorKind::InvalidData => "not UTF-8 text".into(),
-                _ => e.to_string(),
-            },
+            reason: e.to_string(),
         })?;
         CommMatrix::parse(&text, &file)
     }
@@ -163,7 +162,28 @@ impl CommMatrix {
                 ));
             }
         }
+        // Costs multiply the cells by level costs (at most 1e6) and sum them: beyond this the
+        // sum could overflow to infinity and compare wrongly, so such a matrix is refused.
+        let total = m.total();
+        if !(total <= MAX_TOTAL) {
+            return Err(MatrixError::File {
+                file: name.to_string(),
+                reason: format!(
+                    "the cells sum to {total:e}, beyond {MAX_TOTAL:e}: costs would overflow; scale the matrix down"
+                ),
+            });
+        }
         Ok(m)
+    }
+
+    /// Whether m[i][j] equals m[j][i] everywhere (within a relative 1e-9).
+    pub fn is_symmetric(&self) -> bool {
+        (0..self.n).all(|i| {
+            (i + 1..self.n).all(|j| {
+                let (a, b) = (self.get(i, j), self.get(j, i));
+                (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+            })
+        })
     }
 
     /// The CSV text: whole numbers without a fractional part, others with up to 6 decimals.
@@ -218,6 +238,7 @@ mod tests {
         assert!(e("0,1,2\n1,0,2\n").contains("must be square"));
         assert!(e("0,1\n1\n").starts_with("f.csv:2:2:"));
         assert_eq!(e("\n\n"), "f.csv: empty matrix");
+        assert!(e("0,1.7e308\n1.7e308,0\n").contains("costs would overflow"));
     }
 
     #[test]

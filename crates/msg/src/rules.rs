@@ -204,7 +204,7 @@ impl RuleTable {
     }
 
     pub fn load(path: &Path) -> Result<RuleTable, MsgError> {
-        let text = std::fs::read_to_string(path)
+        let text = inputfile::read_text(path)
             .map_err(|e| MsgError::BadRules(format!("{}: {e}", path.display())))?;
         RuleTable::from_json(&text, &path.display().to_string())
     }

@@ -160,6 +160,10 @@ impl Default for LevelCosts {
     }
 }
 
+/// The largest cost a level may have: with a matrix's cells summing to at most 1e300 (see the
+/// matrix crate) no cost can overflow.
+pub const MAX_LEVEL_COST: f64 = 1e6;
+
 impl LevelCosts {
     pub fn get(&self, level: Level) -> f64 {
         self.costs[level as usize]
@@ -185,8 +189,10 @@ impl LevelCosts {
                 .trim()
                 .parse()
                 .map_err(|_| bad(format!("'{}' is not a number", value.trim())))?;
-            if !cost.is_finite() || cost < 0.0 {
-                return Err(bad(format!("cost of {level} must be finite and >= 0")));
+            if !(0.0..=MAX_LEVEL_COST).contains(&cost) {
+                return Err(bad(format!(
+                    "cost of {level} must be between 0 and {MAX_LEVEL_COST:e}"
+                )));
             }
             out.costs[level as usize] = cost;
         }

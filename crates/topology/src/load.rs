@@ -48,11 +48,10 @@ impl Machine {
             path: path.display().to_string(),
             reason: reason.to_string(),
         };
-        let meta = std::fs::metadata(path).map_err(|e| bad(&io_reason(&e)))?;
-        if meta.is_dir() {
-            return Err(bad("is a directory, expected an hwloc XML file"));
-        }
-        let text = std::fs::read(path).map_err(|e| bad(&io_reason(&e)))?;
+        let text = inputfile::read(path).map_err(|e| match e {
+            inputfile::InputError::Directory => bad("is a directory, expected an hwloc XML file"),
+            e => bad(&e.to_string()),
+        })?;
         if text.iter().all(u8::is_ascii_whitespace) {
             return Err(bad("empty file, expected an hwloc XML topology"));
         }
@@ -101,14 +100,6 @@ impl Machine {
     pub fn with_costs(mut self, costs: LevelCosts) -> Machine {
         self.costs = costs;
         self
-    }
-}
-
-fn io_reason(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".into(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        _ => e.to_string(),
     }
 }
 

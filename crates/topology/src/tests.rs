@@ -105,7 +105,14 @@ fn bad_xml_files_name_the_problem() {
         (empty, "empty"),
         (broken, "malformed"),
         (other, "no <topology>"),
-        (PathBuf::from("/dev/null"), "empty"),
+        (
+            PathBuf::from("/dev/null"),
+            "character device, not a regular file",
+        ),
+        (
+            PathBuf::from("/dev/zero"),
+            "character device, not a regular file",
+        ),
         (dir.clone(), "directory"),
     ] {
         let err = Machine::from_xml(&p).unwrap_err().to_string();
