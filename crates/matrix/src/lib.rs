@@ -165,7 +165,7 @@ impl CommMatrix {
         // Costs multiply the cells by level costs (at most 1e6) and sum them: beyond this the
         // sum could overflow to infinity and compare wrongly, so such a matrix is refused.
         let total = m.total();
-        if !(total <= MAX_TOTAL) {
+        if total > MAX_TOTAL {
             return Err(MatrixError::File {
                 file: name.to_string(),
                 reason: format!(
