@@ -82,6 +82,7 @@
 //! (`.data` made anonymous); this file holds the shared state and its lock, start-up, the
 //! fork hooks, the fault thread and the interposed `ioctl`.
 
+use detect::agent_env;
 use detect::ring::{self, RingView};
 use libc::{c_int, c_ulong, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
@@ -363,7 +364,7 @@ fn env_f64(name: &str, default: f64) -> f64 {
 }
 
 fn start() {
-    let Some(dir) = std::env::var_os("HUDDLE_AGENT_DIR") else {
+    let Some(dir) = std::env::var_os(agent_env::DIR) else {
         return;
     };
     // SAFETY: a fresh private anonymous mapping for State; zero is a valid State except
@@ -382,10 +383,10 @@ fn start() {
         (*st).maps = open_high(c"/proc/self/maps");
         (*st).pidfd = open_pidfd();
         (*st).page = libc::sysconf(libc::_SC_PAGESIZE) as u64;
-        (*st).rate = env_f64("HUDDLE_AGENT_RATE", 0.01);
-        (*st).floor = env_f64("HUDDLE_AGENT_FLOOR", 100.0);
-        (*st).interval_ms = env_f64("HUDDLE_AGENT_INTERVAL_MS", 10.0).clamp(1.0, 10_000.0) as i32;
-        (*st).private = std::env::var("HUDDLE_AGENT_PRIVATE").map_or(true, |v| v != "0");
+        (*st).rate = env_f64(agent_env::RATE, 0.01);
+        (*st).floor = env_f64(agent_env::FLOOR, 100.0);
+        (*st).interval_ms = env_f64(agent_env::INTERVAL_MS, 10.0).clamp(1.0, 10_000.0) as i32;
+        (*st).private = std::env::var(agent_env::PRIVATE).map_or(true, |v| v != "0");
         (*st).rng = (libc::getpid() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         (*st).excluded[0] = (p as u64, p as u64 + size as u64);
         (*st).ring = open_ring(&dir);
@@ -400,7 +401,7 @@ fn start() {
         let view = RingView::new((*st).ring);
         if (*st).private {
             // HUDDLE_AGENT_MOVE=0 saves pages by copy even where the kernel can move them.
-            let with_move = std::env::var("HUDDLE_AGENT_MOVE").map_or(true, |v| v != "0");
+            let with_move = std::env::var(agent_env::MOVE).map_or(true, |v| v != "0");
             match open_uffd(with_move) {
                 Ok(fd) => {
                     (*st).uffd = fd;

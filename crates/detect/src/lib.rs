@@ -41,6 +41,7 @@
 //! program first-touches memory fast, so the per-CPU rings (`Config::ring_pages`) do not
 //! overflow. Lost records are counted in `Stats::perf_lost`, never hidden.
 
+pub mod agent_env;
 pub mod budget;
 pub mod owners;
 pub mod perf;
@@ -50,6 +51,7 @@ pub mod ring;
 pub mod session;
 pub mod sharers;
 pub mod signals;
+mod spawn;
 
 pub use session::{
     resolve_program, AgentConfig, Config, DetectError, Granularity, Session, SourceStatus, Stats,

@@ -1,5 +1,7 @@
 //! A detection session on one target: spawn or attach, poll events, read the matrix.
 
+use crate::agent_env;
+pub use crate::agent_env::{private_base, remove_stale_private_dirs};
 use crate::budget::Budget;
 use crate::owners::PageOwners;
 use crate::perf::{self, PerfError, PerfSource, Record};
@@ -7,11 +9,12 @@ use crate::procmaps::{self, Vma};
 use crate::procs;
 use crate::ring::{self, RingView};
 use crate::sharers::{mix, SharerTable};
+pub use crate::spawn::resolve_program;
+use crate::spawn::{ExecFailed, HeldChild};
 use matrix::CommMatrix;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::ffi::{CString, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -313,124 +316,6 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Finds `program` the way execvp would: as given if it has a '/', else in PATH.
-pub fn resolve_program(program: &OsString) -> Option<PathBuf> {
-    let p = Path::new(program);
-    let runnable = |c: &Path| {
-        let Ok(cs) = CString::new(c.as_os_str().as_bytes()) else {
-            return false;
-        };
-        // SAFETY: cs is a valid C string.
-        c.is_file() && unsafe { libc::access(cs.as_ptr(), libc::X_OK) } == 0
-    };
-    if program.as_bytes().contains(&b'/') {
-        return p.exists().then(|| p.to_path_buf());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|d| d.join(p))
-        .find(|c| runnable(c))
-}
-
-fn cstr(s: &[u8], what: &str) -> Result<CString, DetectError> {
-    CString::new(s).map_err(|_| DetectError::Io {
-        what: what.to_string(),
-        err: std::io::Error::new(std::io::ErrorKind::InvalidInput, "contains a NUL byte"),
-    })
-}
-
-/// Prefix of the private directories: `huddle-detect-PID-sSTART-N`, PID and START (clock
-/// ticks since boot, /proc/PID/stat field 22) naming the huddle process that made it.
-const PRIVATE_PREFIX: &str = "huddle-detect-";
-
-/// Where the private directories go: $XDG_RUNTIME_DIR if it is a directory, else the
-/// temporary directory ($TMPDIR, /tmp).
-pub fn private_base() -> PathBuf {
-    std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_dir())
-        .unwrap_or_else(std::env::temp_dir)
-}
-
-/// Whether the huddle process that named a private directory `name` is gone, so that the
-/// directory is left over (huddle was killed before it could remove it). A directory named
-/// after a live process stays: its owner still reads it. A pid in use again by another
-/// process (its start time is not the one in the name) counts as gone. Older names, without
-/// the start time, are left over only when their pid is not in use at all.
-fn private_dir_is_stale(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix(PRIVATE_PREFIX) else {
-        return false;
-    };
-    let mut parts = rest.split('-');
-    let Some(pid) = parts.next().and_then(|p| p.parse::<u32>().ok()) else {
-        return false;
-    };
-    match procs::start_ticks(pid) {
-        None => true,
-        Some(now) => match parts.next().and_then(|s| s.strip_prefix('s')) {
-            Some(start) => start.parse::<u64>().is_ok_and(|start| start != now),
-            None => false,
-        },
-    }
-}
-
-/// Removes the private directories in `base` that huddle processes killed before they could
-/// clean up left behind (with the agents' ring files in them), and returns how many. Only
-/// real directories of our own user are touched, never what a symbolic link points to, and
-/// never the directory of a huddle that still runs (see [`private_dir_is_stale`]). A program
-/// that outlived its huddle keeps its mapping of a removed ring.
-pub fn remove_stale_private_dirs(base: &Path) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return 0;
-    };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if !private_dir_is_stale(name) {
-            continue;
-        }
-        let path = e.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() && meta.uid() == me && std::fs::remove_dir_all(&path).is_ok() {
-            removed += 1;
-        }
-    }
-    removed
-}
-
-/// A private directory (0700) for the agent's ring files. Directories that killed huddle
-/// processes left behind are removed first.
-fn private_dir() -> Result<PathBuf, DetectError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let base = private_base();
-    remove_stale_private_dirs(&base);
-    let me = std::process::id();
-    let start = procs::start_ticks(me).unwrap_or(0);
-    for i in 0..100u32 {
-        let d = base.join(format!("{PRIVATE_PREFIX}{me}-s{start}-{i}"));
-        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
-            Ok(()) => return Ok(d),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(err) => {
-                return Err(DetectError::Io {
-                    what: format!("creating {}", d.display()),
-                    err,
-                })
-            }
-        }
-    }
-    Err(DetectError::Io {
-        what: format!("creating a private directory in {}", base.display()),
-        err: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
-    })
-}
-
 impl Session {
     /// Starts detection. For `Spawn`, the program is forked, held before exec while the
     /// perf events are opened on it, then exec'd with the agent preloaded (if configured).
@@ -505,90 +390,13 @@ impl Session {
             if !a.library.is_file() {
                 return Err(DetectError::AgentMissing(a.library.clone()));
             }
-            let dir = private_dir()?;
-            let pre = match std::env::var_os("LD_PRELOAD") {
-                Some(old) if !old.is_empty() => {
-                    let mut v = a.library.clone().into_os_string();
-                    v.push(" ");
-                    v.push(old);
-                    v
-                }
-                _ => a.library.clone().into_os_string(),
-            };
-            env.retain(|(k, _)| k != "LD_PRELOAD" && !k.as_bytes().starts_with(b"HUDDLE_AGENT_"));
-            env.push(("LD_PRELOAD".into(), pre));
-            env.push(("HUDDLE_AGENT_DIR".into(), dir.clone().into_os_string()));
-            env.push(("HUDDLE_AGENT_RATE".into(), a.rearm_rate.to_string().into()));
-            env.push((
-                "HUDDLE_AGENT_FLOOR".into(),
-                a.rearm_floor.to_string().into(),
-            ));
-            env.push((
-                "HUDDLE_AGENT_INTERVAL_MS".into(),
-                a.interval_ms.to_string().into(),
-            ));
-            env.push((
-                "HUDDLE_AGENT_PRIVATE".into(),
-                if a.private_memory { "1" } else { "0" }.into(),
-            ));
+            let dir = agent_env::private_dir()?;
+            env = agent_env::environment(env, a, &dir);
             self.dir = Some(dir);
         }
-        // Everything the child needs is built before fork: it may only make system calls.
-        let cpath = cstr(path.as_os_str().as_bytes(), "program path")?;
-        let mut argv_c = vec![cstr(program.as_bytes(), "program")?];
-        for a in &args {
-            argv_c.push(cstr(a.as_bytes(), "argument")?);
-        }
-        let envp_c: Vec<CString> = env
-            .iter()
-            .filter_map(|(k, v)| {
-                let mut b = k.as_bytes().to_vec();
-                b.push(b'=');
-                b.extend_from_slice(v.as_bytes());
-                CString::new(b).ok()
-            })
-            .collect();
-        let mut argv: Vec<*const libc::c_char> = argv_c.iter().map(|c| c.as_ptr()).collect();
-        argv.push(std::ptr::null());
-        let mut envp: Vec<*const libc::c_char> = envp_c.iter().map(|c| c.as_ptr()).collect();
-        envp.push(std::ptr::null());
-        let (mut go, mut err) = ([0i32; 2], [0i32; 2]);
-        // SAFETY: plain pipe creation into valid arrays.
-        if unsafe { libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-            || unsafe { libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-        {
-            return Err(DetectError::Io {
-                what: "pipe".into(),
-                err: std::io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: the child only calls async-signal-safe functions (read, execve, write, _exit).
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(DetectError::Io {
-                what: "fork".into(),
-                err: std::io::Error::last_os_error(),
-            });
-        }
-        if pid == 0 {
-            unsafe {
-                libc::close(go[1]);
-                libc::close(err[0]);
-                let mut b = [0u8; 1];
-                // Wait until the parent has opened the events; EOF means it gave up.
-                if libc::read(go[0], b.as_mut_ptr() as *mut libc::c_void, 1) != 1 {
-                    libc::_exit(127);
-                }
-                libc::execve(cpath.as_ptr(), argv.as_ptr(), envp.as_ptr());
-                let e = *libc::__errno_location();
-                libc::write(err[1], &e as *const i32 as *const libc::c_void, 4);
-                libc::_exit(127);
-            }
-        }
-        unsafe {
-            libc::close(go[0]);
-            libc::close(err[1]);
-        }
+        let argv: Vec<&OsString> = std::iter::once(&program).chain(&args).collect();
+        let child = HeldChild::fork(&path, &argv, &env)?;
+        let pid = child.pid;
         self.pid = pid;
         self.pidfd.set(pidfd_open(pid));
         self.spawned = true;
@@ -607,11 +415,7 @@ impl Session {
                     note: e.to_string(),
                 });
                 if cfg.agent.is_none() {
-                    unsafe {
-                        libc::close(go[1]);
-                        libc::close(err[0]);
-                        libc::waitpid(pid, std::ptr::null_mut(), 0);
-                    }
+                    child.abandon();
                     return Err(DetectError::NoSource {
                         perf: e.to_string(),
                     });
@@ -647,18 +451,7 @@ impl Session {
                 ),
             });
         }
-        // SAFETY: writing one byte to our pipe, then reading the exec-error pipe.
-        let mut e = [0u8; 4];
-        let got = unsafe {
-            libc::write(go[1], b"g".as_ptr() as *const libc::c_void, 1);
-            libc::close(go[1]);
-            let n = libc::read(err[0], e.as_mut_ptr() as *mut libc::c_void, 4);
-            libc::close(err[0]);
-            n
-        };
-        if got == 4 {
-            let code = i32::from_ne_bytes(e);
-            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        if let Err(ExecFailed(code)) = child.release() {
             let err = std::io::Error::from_raw_os_error(code);
             return Err(if code == libc::ENOENT {
                 DetectError::CommandNotFound(name)
@@ -1445,59 +1238,8 @@ fn hw_sampling_note() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{age_rows, in_tree, remove_stale_private_dirs, Record};
+    use super::{age_rows, in_tree, Record};
     use crate::procs;
-
-    /// Left-over directories of dead (or replaced) huddle processes go; those of live ones,
-    /// files, links and anything not named like ours stay.
-    #[test]
-    fn stale_private_dirs_are_removed_and_live_ones_kept() {
-        let base = std::env::temp_dir().join(format!("huddle-stale-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
-        std::fs::create_dir_all(&base).unwrap();
-        let mut gone = std::process::Command::new("true").spawn().unwrap();
-        let dead = gone.id();
-        gone.wait().unwrap();
-        let me = std::process::id();
-        let start = procs::start_ticks(me).unwrap();
-        let stale = [
-            format!("huddle-detect-{dead}-s123-0"),
-            // Our pid, but another start time: a process the pid belonged to before us.
-            format!("huddle-detect-{me}-s{}-0", start + 1),
-            // Older names without the start time, of a pid not in use.
-            format!("huddle-detect-{dead}-4711-0"),
-        ];
-        let live = [
-            format!("huddle-detect-{me}-s{start}-0"),
-            format!("huddle-detect-{me}-4711-0"),
-            "huddle-detect-notapid-s1-0".to_string(),
-            format!("other-{dead}-s1-0"),
-        ];
-        for d in stale.iter().chain(&live) {
-            std::fs::create_dir(base.join(d)).unwrap();
-            std::fs::write(base.join(d).join(format!("agent-{dead}.ring")), b"x").unwrap();
-        }
-        // A file and a link with a stale name, the link to a directory that must survive.
-        std::fs::write(base.join(format!("huddle-detect-{dead}-s1-1")), b"x").unwrap();
-        let victim = base.join("victim");
-        std::fs::create_dir(&victim).unwrap();
-        std::fs::write(victim.join("keep"), b"x").unwrap();
-        std::os::unix::fs::symlink(&victim, base.join(format!("huddle-detect-{dead}-s1-2")))
-            .unwrap();
-        assert_eq!(remove_stale_private_dirs(&base), stale.len());
-        for d in &stale {
-            assert!(!base.join(d).exists(), "{d} removed");
-        }
-        for d in &live {
-            assert!(
-                base.join(d).join(format!("agent-{dead}.ring")).exists(),
-                "{d} kept"
-            );
-        }
-        assert!(base.join(format!("huddle-detect-{dead}-s1-1")).is_file());
-        assert!(victim.join("keep").is_file());
-        std::fs::remove_dir_all(&base).unwrap();
-    }
 
     #[test]
     fn system_wide_records_are_kept_for_the_tree_and_what_it_starts() {
