@@ -65,9 +65,9 @@ static void *resolve(const char *name)
 /* The wrapper MPI_NAME also answers to PMPI_NAME (the calls of Open MPI's Fortran bindings). */
 #define ALSO_PMPI(NAME) __typeof__(MPI_##NAME) PMPI_##NAME __attribute__((alias("MPI_" #NAME)));
 
-/* ---- board layout: board.h, shared with the reader ---- */
+/* ---- board layout: include/huddle/board.h, shared with the reader ---- */
 #define BOARD_MAGIC 0x4452414f42445548ULL /* "HUDBOARD" read as a little-endian u64 */
-#include "board.h"
+#include "../../include/huddle/board.h"
 
 static struct {
     int active;            /* MPI_Init done and not finalized */
