@@ -6,6 +6,7 @@
 //! opens offline: every plot is an SVG drawn by the plotters library and inlined.
 
 mod html;
+pub mod order;
 mod plots;
 
 pub use html::render_html;
@@ -136,6 +137,10 @@ pub struct RunData {
     /// The page-fault matrix alone, symmetric, where it was merged with another source:
     /// matrix-faults.csv (to compare the two).
     pub matrix_faults: Option<CommMatrix>,
+    /// The PMPI agent's rank matrix (bytes, row = sender): rank-matrix.csv, which the agent
+    /// writes itself at MPI_Finalize; read for the page, written by [`RunData::save`] only
+    /// when set.
+    pub rank_matrix: Option<CommMatrix>,
     pub snapshots: Vec<Snapshot>,
     pub placements: Vec<Placement>,
     pub decisions: Vec<Decision>,
@@ -222,6 +227,9 @@ impl RunData {
         if let Some(m) = &self.matrix_faults {
             write_text(&dir.join("matrix-faults.csv"), &m.to_csv())?;
         }
+        if let Some(m) = &self.rank_matrix {
+            write_text(&dir.join("rank-matrix.csv"), &m.to_csv())?;
+        }
         let mut csv = String::from("t,task,pu\n");
         for p in &self.placements {
             csv.push_str(&format!("{:.3},{},{}\n", p.t, p.task, p.pu));
@@ -243,6 +251,9 @@ impl RunData {
         let info: RunInfo = read_json(dir, "run.json")?;
         let matrix = read_matrix(dir, "matrix.csv")?;
         let matrix_faults = read_matrix(dir, "matrix-faults.csv")?;
+        // Written by the agent in the program, not by huddle: one left half-written by a
+        // rank that died is left out of the page rather than costing the whole report.
+        let rank_matrix = read_matrix(dir, "rank-matrix.csv").ok().flatten();
         let sources_path = dir.join("matrix-sources.csv");
         let matrix_sources = match std::fs::read_to_string(&sources_path) {
             Ok(text) => Some(
@@ -277,6 +288,7 @@ impl RunData {
             matrix,
             matrix_sources,
             matrix_faults,
+            rank_matrix,
             snapshots: read_json(dir, "snapshots.json")?,
             placements,
             decisions: read_json(dir, "decisions.json")?,
@@ -337,6 +349,7 @@ mod tests {
                     .collect(),
             ),
             matrix_faults: Some(m.clone()),
+            rank_matrix: None,
             snapshots: vec![Snapshot {
                 t: 1.0,
                 matrix: m.to_rows(),
