@@ -1239,7 +1239,6 @@ fn hw_sampling_note() -> String {
 #[cfg(test)]
 mod tests {
     use super::{age_rows, in_tree, Record};
-    use crate::procs;
 
     #[test]
     fn system_wide_records_are_kept_for_the_tree_and_what_it_starts() {
