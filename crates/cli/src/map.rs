@@ -106,18 +106,26 @@ fn map_err(e: MapError) -> anyhow::Error {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let raw = matrix::CommMatrix::read(&args.matrix).map_err(bad_input)?;
-    if !raw.is_symmetric() {
+    let symmetric = raw.is_symmetric();
+    let code = map_matrix(&args, raw)?;
+    // After success only, so that an error stays one line; --advise reads both directions
+    // (bytes out and in per node), so there is nothing to note.
+    if !symmetric && !args.advise {
         eprintln!(
             "huddle: note: {} is not symmetric; a pair's traffic is taken as the mean of its two directions",
             args.matrix.display()
         );
     }
+    Ok(code)
+}
+
+fn map_matrix(args: &Args, raw: matrix::CommMatrix) -> anyhow::Result<i32> {
     let (m, orientation) = match args.orientation {
         OrientArg::Auto => mapping::orient(&raw),
         OrientArg::AsIs => (raw, Orientation::AsIs),
         OrientArg::Reversed => (mapping::flip(&raw), Orientation::ReversedColumns),
     };
-    let target = load_target(&args)?;
+    let target = load_target(args)?;
     let opts = Options {
         algorithm: Algorithm::parse(&args.algorithm).map_err(bad_input)?,
         seed: args.seed,
