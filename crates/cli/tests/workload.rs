@@ -264,7 +264,7 @@ fn bad_input_exits_2_with_one_line() {
     fails(
         &["workload", "pairs", "--threads", "2", "--seconds", "-1"],
         2,
-        "error",
+        "huddle: time budget -1 s: must be a number of seconds",
     );
     assert!(!Path::new(d).join("ground-truth.csv").exists());
 }
