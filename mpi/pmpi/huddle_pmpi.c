@@ -33,6 +33,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +81,7 @@ static struct {
     int on_board;          /* slot lives in the shared board file */
     char board_path[4096];
     int board_named;       /* HUDDLE_BOARD was set: the board belongs to the manager */
+    int board_created;     /* this rank created (or re-initialized) the board: the node's first */
     int perf_fd;
     uint64_t last_cache_read;
     int keyval;
@@ -403,6 +406,26 @@ static void warn(const char *fmt, const char *a, const char *b)
     fputc('\n', stderr);
 }
 
+/* HUDDLE_NODE=1: a node manager (`huddle node`) manages each node's ranks (docs/cluster.md). */
+static int node_mode(void)
+{
+    const char *v = getenv("HUDDLE_NODE");
+    return v && strcmp(v, "1") == 0;
+}
+
+/* This host's name as a file-name part: characters other than [A-Za-z0-9._-] become '_'. */
+static void host_name(char *out, size_t len)
+{
+    if (len == 0) return;
+    out[0] = 0;
+    if (gethostname(out, len - 1) != 0) snprintf(out, len, "unknown");
+    out[len - 1] = 0;
+    for (char *c = out; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' || *c == '-' || *c == '_'))
+            *c = '_';
+    if (!out[0] || strcmp(out, ".") == 0 || strcmp(out, "..") == 0) snprintf(out, len, "unknown");
+}
+
 /* The private directory for boards: $XDG_RUNTIME_DIR/huddle or /tmp/huddle-$UID, mode 0700,
  * owned by us. Returns 0 and fills dir, or -1 after a warning. */
 static int board_dir(char *dir, size_t len)
@@ -451,13 +474,25 @@ static void board_open(uint64_t stamp)
     const char *name = getenv("HUDDLE_BOARD");
     char dir[3000];
     g.board_named = name && *name;
+    /* With node managers, one board per node even where the board directory is shared by
+     * several nodes (a shared /tmp, or namespace hosts on one machine): the name carries the
+     * host's name. */
+    char host[HOSTNAME_SIZE + 1] = "";
+    if (node_mode()) {
+        host[0] = '-';
+        host_name(host + 1, sizeof host - 1);
+    }
     if (g.board_named && strchr(name, '/')) {
-        snprintf(g.board_path, sizeof g.board_path, "%s", name);
+        size_t nl = strlen(name), sl = strlen(".board");
+        if (host[0] && nl > sl && strcmp(name + nl - sl, ".board") == 0)
+            snprintf(g.board_path, sizeof g.board_path, "%.*s%s.board", (int)(nl - sl), name, host);
+        else
+            snprintf(g.board_path, sizeof g.board_path, "%s%s", name, host);
     } else if (board_dir(dir, sizeof dir) == 0) {
         if (g.board_named)
-            snprintf(g.board_path, sizeof g.board_path, "%s/%s.board", dir, name);
+            snprintf(g.board_path, sizeof g.board_path, "%s/%s%s.board", dir, name, host);
         else
-            snprintf(g.board_path, sizeof g.board_path, "%s/job-%016llx.board", dir, (unsigned long long)stamp);
+            snprintf(g.board_path, sizeof g.board_path, "%s/job-%016llx%s.board", dir, (unsigned long long)stamp, host);
     } else {
         g.board_path[0] = 0;
     }
@@ -484,6 +519,7 @@ static void board_open(uint64_t stamp)
                 warn("cannot size or map board %s: %s", g.board_path, strerror(errno));
                 map = MAP_FAILED;
             } else if (fresh) {
+                g.board_created = 1;
                 uint64_t *h = map;
                 h[H_VERSION] = BOARD_VERSION;
                 h[H_HEADER_SIZE] = HEADER_SIZE;
@@ -525,6 +561,126 @@ static void at_exit(void)
             g.rank, g.on_board ? "; its counters stay on the board " : "", g.on_board ? g.board_path : "");
 }
 
+/* ---- the node manager (HUDDLE_NODE=1): started by the rank that created the node's board ---- */
+
+/* The huddle binary: HUDDLE_BIN (set by `huddle run`), else `huddle` in PATH. */
+static int find_huddle(char *out, size_t len)
+{
+    const char *bin = getenv("HUDDLE_BIN");
+    if (bin && *bin) {
+        snprintf(out, len, "%s", bin);
+        return access(out, X_OK) == 0;
+    }
+    const char *path = getenv("PATH");
+    if (!path) return 0;
+    const char *p = path;
+    while (*p) {
+        const char *end = strchr(p, ':');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n > 0 && n + 8 < len) {
+            snprintf(out, len, "%.*s/huddle", (int)n, p);
+            if (access(out, X_OK) == 0) return 1;
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+extern char **environ;
+
+/* Starts `huddle node --board BOARD [--job-report DIR] --quiet [HUDDLE_NODE_ARGS...]`,
+ * detached from this rank: double fork and setsid, so that it is nobody's child in the job
+ * (the launcher neither waits for it nor kills it with the rank's session), standard input
+ * from /dev/null, output to DIR/node-HOST/node.log (else /dev/null), no file descriptor of
+ * the rank inherited, default signal dispositions, and without LD_PRELOAD (this library
+ * would pull libmpi into it) or HUDDLE_NODE*. Everything is prepared before fork: the
+ * children only make system calls. */
+static void start_node_manager(void)
+{
+    char bin[4096];
+    if (!find_huddle(bin, sizeof bin)) {
+        const char *b = getenv("HUDDLE_BIN");
+        fprintf(stderr,
+                "huddle-pmpi: rank %d: HUDDLE_NODE=1 but %s%s is not an executable huddle: no node manager, this node's ranks run unmanaged\n",
+                g.rank, b && *b ? "HUDDLE_BIN=" : "no huddle in PATH", b && *b ? b : "");
+        return;
+    }
+    char host[HOSTNAME_SIZE];
+    host_name(host, sizeof host);
+    const char *report = getenv("HUDDLE_NODE_REPORT");
+    int logfd = -1;
+    if (report && *report) {
+        char dir[4200];
+        mkdir(report, 0700); /* or there already: huddle node checks it */
+        snprintf(dir, sizeof dir, "%s/node-%s", report, host);
+        mkdir(dir, 0700);
+        snprintf(dir, sizeof dir, "%s/node-%s/node.log", report, host);
+        logfd = open(dir, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    }
+    if (logfd < 0) logfd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    int infd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    enum { MAX_ARGS = 72 };
+    char *argv[MAX_ARGS + 1];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "node";
+    argv[n++] = "--board";
+    argv[n++] = g.board_path;
+    if (report && *report) {
+        argv[n++] = "--job-report";
+        argv[n++] = (char *)report;
+    }
+    argv[n++] = "--quiet";
+    const char *extra = getenv("HUDDLE_NODE_ARGS");
+    char *copy = extra ? strdup(extra) : NULL, *save = NULL;
+    for (char *t = copy ? strtok_r(copy, " \t\n", &save) : NULL; t && n < MAX_ARGS; t = strtok_r(NULL, " \t\n", &save))
+        argv[n++] = t;
+    argv[n] = NULL;
+    size_t ne = 0;
+    while (environ && environ[ne]) ne++;
+    char **envp = calloc(ne + 1, sizeof *envp);
+    if (envp) {
+        size_t k = 0;
+        for (size_t i = 0; i < ne; i++)
+            if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0 && strncmp(environ[i], "HUDDLE_NODE", 11) != 0)
+                envp[k++] = environ[i];
+        envp[k] = NULL;
+    }
+    pid_t child = envp && infd >= 0 && logfd >= 0 ? fork() : -1;
+    if (child == 0) {
+        setsid();
+        if (fork() != 0) _exit(0);
+        dup2(infd, 0);
+        dup2(logfd, 1);
+        dup2(logfd, 2);
+#ifdef SYS_close_range
+        if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
+#endif
+            for (int fd = 3; fd < 65536; fd++) close(fd);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        for (int s = 1; s < NSIG; s++)
+            if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
+        execve(bin, argv, envp);
+        _exit(127);
+    }
+    if (child > 0) {
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
+        }
+    } else {
+        fprintf(stderr, "huddle-pmpi: rank %d: cannot start the node manager %s: %s\n", g.rank, bin, strerror(errno));
+    }
+    free(envp);
+    free(copy);
+    if (infd >= 0) close(infd);
+    if (logfd >= 0) close(logfd);
+}
+
 static void after_init(int provided)
 {
     PMPI_Comm_rank(MPI_COMM_WORLD, &g.rank);
@@ -543,6 +699,7 @@ static void after_init(int provided)
     }
     REAL(Bcast)(&stamp, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     board_open(stamp);
+    if (g.board_created && node_mode()) start_node_manager();
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, cinfo_delete, &g.keyval, NULL);
     cache_open();
     cache_read(now_ns());
@@ -572,14 +729,18 @@ static void write_rank_matrix(void)
     int n = g.size;
     uint64_t *all = NULL;
     int ready = 1;
-    if (g.rank == 0) {
+    const char *where = getenv("HUDDLE_RANK_MATRIX");
+    int skip = where && strcmp(where, "none") == 0; /* rank 0's word counts: the Bcast below */
+    if (g.rank == 0 && !skip) {
         all = malloc((size_t)n * (size_t)n * sizeof *all + 1);
         ready = all != NULL;
+    } else if (g.rank == 0) {
+        ready = 0;
     }
     /* Rank 0 says first whether it can take the rows, so that no rank waits in vain. */
     REAL(Bcast)(&ready, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!ready) {
-        if (g.rank == 0) fprintf(stderr, "huddle-pmpi: no memory to gather the %dx%d rank matrix\n", n, n);
+        if (g.rank == 0 && !skip) fprintf(stderr, "huddle-pmpi: no memory to gather the %dx%d rank matrix\n", n, n);
         return;
     }
     REAL(Gather)(g.bytes_to, n, MPI_UINT64_T, all, n, MPI_UINT64_T, 0, MPI_COMM_WORLD);

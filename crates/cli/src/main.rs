@@ -7,6 +7,7 @@ mod exit;
 mod launch;
 mod machine_args;
 mod map;
+mod node;
 mod outputs;
 mod report;
 mod run;
@@ -60,6 +61,10 @@ enum Command {
         about = "Manage an already running program (no extra faults: the agent cannot be preloaded)"
     )]
     Attach(run::AttachArgs),
+    #[command(
+        about = "Manage the MPI ranks of one job on this node (started by the job's PMPI agent with HUDDLE_NODE=1)"
+    )]
+    Node(node::NodeArgs),
     #[command(about = "Render the HTML report of a `huddle run --report DIR` directory again")]
     Report(report::Args),
     #[command(
@@ -125,6 +130,7 @@ fn main() {
         Command::Map(a) => map::run(a),
         Command::Run(a) => run::run(a),
         Command::Attach(a) => run::attach(a),
+        Command::Node(a) => node::run(a),
         Command::Report(a) => report::run(a),
         Command::Launch(a) => launch::run(a),
         Command::TuneMsg(a) => tune_msg::run(a),

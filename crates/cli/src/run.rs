@@ -95,6 +95,12 @@ pub struct RunArgs {
     /// Do not preload the agent (only first-touch faults are seen)
     #[arg(long)]
     pub no_agent: bool,
+    /// MPI jobs over several nodes: a node manager (`huddle node`) on every node with ranks,
+    /// started by the job's first rank there, maps that node's ranks; this huddle only
+    /// launches, forwards signals and, with --report, waits for each node's report in
+    /// DIR/node-HOST/ (docs/cluster.md). Also on when HUDDLE_NODE=1 is in the environment
+    #[arg(long)]
+    pub node_managers: bool,
     /// The program and its arguments
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -135,7 +141,7 @@ pub struct AttachArgs {
 /// Pages whose owner is recorded with --move-pages (about 50 MB of table at most).
 const PAGE_OWNERS_MAX: usize = 1 << 20;
 
-fn detect_config(c: &Common, agent: bool) -> detect::Config {
+pub(crate) fn detect_config(c: &Common, agent: bool) -> detect::Config {
     detect::Config {
         block_size: c.block_size,
         granularity: if c.processes {
@@ -167,7 +173,7 @@ fn detect_config(c: &Common, agent: bool) -> detect::Config {
 /// Pages moved per task per interval at most (4 GiB of 4 KiB pages).
 const MAX_PAGE_BUDGET: usize = 1 << 20;
 
-fn check(
+pub(crate) fn check(
     c: &Common,
     cpus: Option<&[u32]>,
 ) -> anyhow::Result<(mapping::Target, Box<dyn manager::policy::Policy>, String)> {
@@ -231,7 +237,7 @@ fn check(
     Ok((target, policy, description))
 }
 
-fn config(
+pub(crate) fn config(
     c: &Common,
     policy: Box<dyn manager::policy::Policy>,
     command: Vec<String>,
@@ -251,7 +257,7 @@ fn config(
 }
 
 /// The report directory, made ready before the program starts (see [`crate::outputs`]).
-fn report_dir(c: &Common) -> anyhow::Result<Option<crate::outputs::OutDir>> {
+pub(crate) fn report_dir(c: &Common) -> anyhow::Result<Option<crate::outputs::OutDir>> {
     c.report
         .as_deref()
         .map(|d| crate::outputs::dir("--report", d, 0o700))
@@ -260,7 +266,7 @@ fn report_dir(c: &Common) -> anyhow::Result<Option<crate::outputs::OutDir>> {
 
 /// Writes the report if asked. A failure is printed, not returned: `run` must still hand back
 /// the program's own exit status.
-fn finish(c: &Common, data: &report::RunData) {
+pub(crate) fn finish(c: &Common, data: &report::RunData) {
     let Some(dir) = &c.report else { return };
     match data.save(dir).and_then(|()| report::render(dir)) {
         Ok(page) => eprintln!("huddle: report in {}", page.display()),
@@ -296,6 +302,9 @@ fn simmer_policy(
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    if args.node_managers || std::env::var_os("HUDDLE_NODE").is_some_and(|v| v == "1") {
+        return crate::node::launch(args);
+    }
     detect::signals::install_pause();
     crate::agent::remove_leftovers();
     let (program, rest) = args.command.split_first().expect("clap requires a command");

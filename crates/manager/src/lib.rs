@@ -10,13 +10,15 @@
 //! - [`policy`] says what to aim for (`comm`, `static:ALGO`, `none`); [`simmer_policy`] runs
 //!   SIMMer's rules on the PMPI agent's board.
 //! - [`run`] is the loop; [`observe`] plugs a detection session into it, and [`mpi`] merges
-//!   the PMPI agent's exact MPI traffic into it.
+//!   the PMPI agent's exact MPI traffic into it; [`node`] shows it one node's ranks of an MPI
+//!   job (`huddle node`).
 
 pub mod actuate;
 pub mod control;
 pub mod idle;
 pub mod ledger;
 pub mod mpi;
+pub mod node;
 pub mod observe;
 pub mod pages;
 pub mod policy;

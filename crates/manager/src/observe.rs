@@ -27,13 +27,61 @@ impl Detected {
             .collect()
     }
 
-    /// The page-fault matrix over the program tasks, and those tasks.
-    fn faults(&self) -> (CommMatrix, Vec<TaskInfo>) {
-        let rows = self.program_rows();
+    /// The page-fault matrix over the session's tasks `rows`, and those tasks.
+    fn faults_of(&self, rows: &[usize]) -> (CommMatrix, Vec<TaskInfo>) {
         (
-            self.session.matrix_of(&rows),
-            task_infos(&self.session, &rows),
+            self.session.matrix_of(rows),
+            task_infos(&self.session, rows),
         )
+    }
+
+    /// [`Observer::snapshot`] over the session's tasks `rows` only (in that order), for an
+    /// observer that shows part of the session (see [`crate::node`]).
+    pub fn snapshot_of(&self, rows: &[usize]) -> (CommMatrix, Vec<TaskInfo>) {
+        let (faults, tasks) = self.faults_of(rows);
+        match &self.mpi {
+            Some((m, mode)) => {
+                let (procs, ranks) = m.ranks();
+                (mpi::merge(&faults, &tasks, procs, &ranks, *mode).0, tasks)
+            }
+            None => (faults, tasks),
+        }
+    }
+
+    /// [`Observer::cell_sources`] over the session's tasks `rows`.
+    pub fn cell_sources_of(&self, rows: &[usize]) -> Option<Vec<Vec<&'static str>>> {
+        let (m, mode) = self.mpi.as_ref()?;
+        let (faults, tasks) = self.faults_of(rows);
+        let (procs, ranks) = m.ranks();
+        let src = mpi::merge(&faults, &tasks, procs, &ranks, *mode).1;
+        // The report's matrix is symmetrized, and so are the sources.
+        Some(
+            mpi::symmetric_sources(&src)
+                .into_iter()
+                .map(|r| r.into_iter().map(CellSource::name).collect())
+                .collect(),
+        )
+    }
+
+    /// [`Observer::fault_matrix`] over the session's tasks `rows`.
+    pub fn fault_matrix_of(&self, rows: &[usize]) -> Option<CommMatrix> {
+        self.mpi.as_ref().map(|_| self.faults_of(rows).0)
+    }
+
+    /// [`Observer::mpi_ranks`] over the session's tasks `rows`.
+    pub fn mpi_ranks_of(&self, rows: &[usize]) -> Vec<Option<usize>> {
+        match &self.mpi {
+            Some((m, _)) => mpi::rank_threads(&self.faults_of(rows).1, m.ranks().0),
+            None => Vec::new(),
+        }
+    }
+
+    /// [`Observer::owned_pages`] of task `task` of a view over the session's tasks `rows`.
+    pub fn owned_pages_of(&self, rows: &[usize], task: usize) -> Vec<u64> {
+        match rows.get(task) {
+            Some(&row) => self.session.owned_pages(row),
+            None => Vec::new(),
+        }
     }
 }
 
@@ -76,39 +124,19 @@ impl Observer for Detected {
     }
 
     fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
-        let (faults, tasks) = self.faults();
-        match &self.mpi {
-            Some((m, mode)) => {
-                let (procs, ranks) = m.ranks();
-                (mpi::merge(&faults, &tasks, procs, &ranks, *mode).0, tasks)
-            }
-            None => (faults, tasks),
-        }
+        self.snapshot_of(&self.program_rows())
     }
 
     fn cell_sources(&self) -> Option<Vec<Vec<&'static str>>> {
-        let (m, mode) = self.mpi.as_ref()?;
-        let (faults, tasks) = self.faults();
-        let (procs, ranks) = m.ranks();
-        let src = mpi::merge(&faults, &tasks, procs, &ranks, *mode).1;
-        // The report's matrix is symmetrized, and so are the sources.
-        Some(
-            mpi::symmetric_sources(&src)
-                .into_iter()
-                .map(|r| r.into_iter().map(CellSource::name).collect())
-                .collect(),
-        )
+        self.cell_sources_of(&self.program_rows())
     }
 
     fn fault_matrix(&self) -> Option<CommMatrix> {
-        self.mpi.as_ref().map(|_| self.faults().0)
+        self.fault_matrix_of(&self.program_rows())
     }
 
     fn mpi_ranks(&self) -> Vec<Option<usize>> {
-        match &self.mpi {
-            Some((m, _)) => mpi::rank_threads(&self.faults().1, m.ranks().0),
-            None => Vec::new(),
-        }
+        self.mpi_ranks_of(&self.program_rows())
     }
 
     fn age(&mut self) {
@@ -119,10 +147,7 @@ impl Observer for Detected {
     }
 
     fn owned_pages(&self, task: usize) -> Vec<u64> {
-        match self.program_rows().get(task) {
-            Some(&row) => self.session.owned_pages(row),
-            None => Vec::new(),
-        }
+        self.owned_pages_of(&self.program_rows(), task)
     }
 
     fn agent_cpu_s(&self) -> f64 {

@@ -1,0 +1,606 @@
+//! `huddle node`: manage the MPI ranks of one job on this node; and the launcher side of
+//! `huddle run --node-managers -- mpirun ...`, which has the job start one on every node with
+//! ranks. How the two split the work: docs/cluster.md.
+
+use crate::exit::bad_input;
+use crate::run::Common;
+use manager::mpi::{MpiTraffic, SourceMode};
+use manager::node::NodeRanks;
+use manager::observe::Detected;
+use manager::run;
+use simmer::board::{Board, BoardError};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+#[command(
+    long_about = "Manage the MPI ranks of one job on this node. The ranks run with the PMPI \
+    agent preloaded, which publishes them on the node's board: which ranks run on this host \
+    (their pids, the thread each calls MPI from), their exact MPI traffic, and when each \
+    finalizes or dies. huddle node watches those ranks as `huddle attach` does (page faults \
+    of their threads, merged with the board's traffic: --source both), maps them with this \
+    node's own topology under the same policies, thresholds and safety rules as `huddle run`, \
+    and pins them. It never signals a rank. It ends when every rank of this host on the board \
+    has finalized or died (or after --seconds, or on SIGINT, SIGTERM, SIGHUP, SIGQUIT), puts \
+    back every affinity mask it changed, writes the report (--report DIR, or with \
+    --job-report DIR into DIR/node-HOST/ beside a node.json summary), removes the board once \
+    no rank writes it any more, and exits 0 (128+N after signal N).\n\n\
+    The job starts it itself: with HUDDLE_NODE=1 in the ranks' environment, the agent in the \
+    first rank of each node to create the board runs `huddle node --board BOARD \
+    [--job-report $HUDDLE_NODE_REPORT] --quiet $HUDDLE_NODE_ARGS`, detached (the huddle \
+    binary from HUDDLE_BIN, else PATH). `huddle run --node-managers -- mpirun ...` sets all \
+    of that up. See docs/cluster.md."
+)]
+pub struct NodeArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// The job's board on this node: a path, or a name as HUDDLE_BOARD takes it
+    /// (<board directory>/<name>.board)
+    #[arg(long, value_name = "BOARD")]
+    pub board: String,
+    /// The job's report directory (shared by the nodes, or one per node): this node's run
+    /// data go into DIR/node-HOST/ with a node.json summary. DIR is created if missing (its
+    /// parent must exist)
+    #[arg(long, value_name = "DIR", conflicts_with = "report")]
+    pub job_report: Option<PathBuf>,
+    /// Stop managing after this many seconds
+    #[arg(long, value_name = "S")]
+    pub seconds: Option<f64>,
+}
+
+/// How long the board, and then a first rank of this host on it, may take to appear.
+const APPEAR: Duration = Duration::from_secs(5);
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Writes DIR/node.json atomically (temporary file, then rename).
+fn write_node_json(dir: &Path, value: &serde_json::Value) {
+    let path = dir.join("node.json");
+    let tmp = dir.join(format!(".node.json.tmp{}", std::process::id()));
+    let text = serde_json::to_string_pretty(value).unwrap_or_default() + "\n";
+    let ok = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = ok {
+        let _ = std::fs::remove_file(&tmp);
+        eprintln!("huddle: {}: not written: {e}", path.display());
+    }
+}
+
+/// The board's creation time (header field 6, CLOCK_REALTIME ns), in Unix seconds.
+fn board_created_unix(path: &Path) -> Option<f64> {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 8];
+    std::fs::File::open(path)
+        .ok()?
+        .read_exact_at(&mut b, 48)
+        .ok()?;
+    let ns = u64::from_le_bytes(b);
+    (ns > 0).then(|| ns as f64 / 1e9)
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+pub fn run(args: NodeArgs) -> anyhow::Result<i32> {
+    // First: from here on SIGINT, SIGTERM, SIGHUP and SIGQUIT only make huddle let go.
+    run::install_detach_signals();
+    detect::signals::install_pause();
+    if let Some(s) = args.seconds {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(bad_input(format!(
+                "--seconds {s}: must be a positive number of seconds"
+            )));
+        }
+    }
+    let host = manager::node::host_name();
+    let board = simmer::board::path_for(&args.board);
+    let mut common = args.common.clone();
+    let node_dir = match &args.job_report {
+        Some(job) => {
+            crate::outputs::dir("--job-report", job, 0o700)?;
+            let d = job.join(format!("node-{}", manager::node::file_name_part(&host)));
+            crate::outputs::dir("--job-report", &d, 0o700)?;
+            common.report = Some(d.clone());
+            Some(d)
+        }
+        None => None,
+    };
+    let started = unix_now();
+    // Read now: the agent removes a default board at MPI_Finalize.
+    let created = board_created_unix(&board);
+    let summary = |state: &str| {
+        serde_json::json!({
+            "schema": "huddle.node/1",
+            "state": state,
+            "host": host,
+            "pid": std::process::id(),
+            "board": board,
+            "started_unix": started,
+            "board_created_unix": created,
+            "start_delay_s": created.map(|c| started - c),
+        })
+    };
+    if let Some(d) = &node_dir {
+        write_node_json(d, &summary("running"));
+    }
+    let result = manage(&args, &common, &host, &board);
+    if let Some(d) = &node_dir {
+        let mut v = summary(if result.is_ok() { "done" } else { "failed" });
+        match &result {
+            Ok((_, extra)) => {
+                if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+                    o.extend(e.clone());
+                }
+            }
+            Err(e) => v["error"] = format!("{e:#}").into(),
+        }
+        write_node_json(d, &v);
+    }
+    result.map(|(code, _)| code)
+}
+
+/// The board, once ranks have initialized it.
+fn open_board(path: &Path) -> anyhow::Result<Board> {
+    // No directory: no rank will make the board there either.
+    let dir_missing = path
+        .parent()
+        .is_some_and(|d| !d.as_os_str().is_empty() && !d.is_dir());
+    let until = Instant::now() + if dir_missing { Duration::ZERO } else { APPEAR };
+    loop {
+        match Board::open(path) {
+            Ok(b) => return Ok(b),
+            Err(e @ BoardError::Invalid { .. }) => return Err(bad_input(e)),
+            Err(e) if Instant::now() >= until => return Err(bad_input(e)),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Runs the loop; gives the exit code and what node.json should add.
+fn manage(
+    args: &NodeArgs,
+    common: &Common,
+    host: &str,
+    board_path: &Path,
+) -> anyhow::Result<(i32, serde_json::Value)> {
+    let asked = common
+        .source
+        .as_deref()
+        .map(SourceMode::parse)
+        .transpose()
+        .map_err(bad_input)?;
+    let board = open_board(board_path)?;
+    let board_id = file_id(board_path);
+    // The first rank of this host is on the board already (it started us after writing its
+    // slot); wait a little in case huddle node was started by hand before the job.
+    let until = Instant::now() + APPEAR;
+    let pids: Vec<u32> = loop {
+        let snap = board.snapshot().map_err(bad_input)?;
+        let local = manager::node::local_ranks(&snap, host);
+        let running: Vec<u32> = local
+            .iter()
+            .filter(|r| r.alive && r.state == simmer::board::SlotState::Running)
+            .map(|r| r.pid)
+            .collect();
+        if !running.is_empty() {
+            break running;
+        }
+        if Instant::now() >= until {
+            let mut hosts: Vec<&str> = snap.ranks.iter().map(|r| r.hostname.as_str()).collect();
+            hosts.sort_unstable();
+            hosts.dedup();
+            return Err(bad_input(format!(
+                "{}: no running rank on this host ({host}) within {} s (ranks on: {})",
+                board_path.display(),
+                APPEAR.as_secs(),
+                if hosts.is_empty() {
+                    "none".to_string()
+                } else {
+                    hosts.join(", ")
+                }
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let root = manager::node::attach_root(&pids).ok_or_else(|| {
+        bad_input(format!(
+            "ranks {pids:?} on {host} share no parent process below init: cannot watch them as one program"
+        ))
+    })?;
+    manager::procs::may_ptrace(root).map_err(|e| {
+        bad_input(format!("process {root} (the ranks' parent): not allowed to act on it ({e}); huddle only manages processes its user may ptrace"))
+    })?;
+    // The ranks' CPUs (their cpuset, or where the launcher bound them), not huddle's.
+    let mut cpus: Vec<u32> = pids
+        .iter()
+        .flat_map(|&p| manager::actuate::tree_cpus(p))
+        .collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    if cpus.is_empty() {
+        return Err(bad_input(format!("ranks {pids:?}: gone already")));
+    }
+    // Started by a rank, huddle node inherited that rank's affinity mask (one core, where the
+    // launcher binds ranks): widen it to every CPU of the job on this node and its own, so it
+    // does not queue behind the rank that started it.
+    let mut own = manager::actuate::get_affinity(std::process::id()).unwrap_or_default();
+    own.extend(&cpus);
+    own.sort_unstable();
+    own.dedup();
+    let _ = manager::actuate::set_affinity(std::process::id(), &own);
+    // SIMMer's rules read this job's board, not one named by `huddle run`.
+    let simmer = common.policy == "simmer";
+    if simmer && !(0.0..=1.0).contains(&common.simmer_confidence) {
+        return Err(bad_input(format!(
+            "--simmer-confidence {}: must be within 0..1",
+            common.simmer_confidence
+        )));
+    }
+    let mut checked = common.clone();
+    if simmer {
+        checked.policy = "none".into();
+    }
+    let (target, mut policy, machine) = crate::run::check(&checked, Some(&cpus))?;
+    if simmer {
+        policy = Box::new(manager::simmer_policy::Simmer::new(
+            board_path.to_path_buf(),
+            target.machines()[0].clone(),
+            common.simmer_confidence,
+        ));
+    }
+    let mpi = match asked {
+        Some(SourceMode::Faults) => None,
+        _ => Some((
+            MpiTraffic::new(board_path.to_path_buf(), common.block_size),
+            asked.unwrap_or(SourceMode::Both),
+        )),
+    };
+    let session = detect::Session::start(
+        detect::Target::Attach(root as i32),
+        &crate::run::detect_config(common, false),
+    )
+    .map_err(|e| match e {
+        detect::DetectError::NoSuchProcess(_) => bad_input(e),
+        other => anyhow::Error::new(other),
+    })?;
+    let mut obs = NodeRanks::new(
+        Detected {
+            session,
+            spawned: false,
+            mpi,
+        },
+        board,
+        host.to_string(),
+    );
+    let ranks: Vec<String> = obs.ranks().keys().map(|r| r.to_string()).collect();
+    let mut cfg = crate::run::config(
+        common,
+        policy,
+        vec![format!(
+            "huddle node on {host}: ranks {} of board {}",
+            ranks.join(","),
+            board_path.display()
+        )],
+        machine,
+    );
+    cfg.max_seconds = args.seconds;
+    cfg.ownership = run::Ownership::Attached;
+    let (mut data, stop) = run::manage_until(&mut obs, &target, cfg);
+    data.rank_matrix = obs.rank_matrix();
+    let finished = obs.finished();
+    let slots = obs.local_slots();
+    drop(obs);
+    crate::run::finish(common, &data);
+    // Nobody writes the board any more once every rank on it is done: the node manager is
+    // its reader, so it goes (the agent removes a default board at MPI_Finalize already; this
+    // is for ranks that died, and boards named with HUDDLE_BOARD). Only the file we read.
+    let all_done = Board::open(board_path)
+        .and_then(|b| b.snapshot())
+        .is_ok_and(|s| {
+            s.ranks
+                .iter()
+                .all(|r| !(r.alive && r.state == simmer::board::SlotState::Running))
+        });
+    if finished && all_done && board_id.is_some() && file_id(board_path) == board_id {
+        let _ = std::fs::remove_file(board_path);
+    }
+    let first_remap = data
+        .decisions
+        .iter()
+        .find(|d| d.action == "migrate")
+        .map(|d| d.t);
+    let extra = serde_json::json!({
+        "stop": match stop {
+            run::Stop::Ended => "ranks ended".to_string(),
+            run::Stop::TimeUp => "--seconds passed".to_string(),
+            run::Stop::Signal(s) => run::signal_name(s),
+        },
+        "attached_to": data.info.pid,
+        "ranks": slots.iter().map(|r| serde_json::json!({
+            "rank": r.rank,
+            "pid": r.pid,
+            "state": r.state,
+            "alive": r.alive,
+            "sent_bytes": r.sent_bytes,
+        })).collect::<Vec<_>>(),
+        "migrations": data.decisions.iter().filter(|d| d.action == "migrate").count(),
+        "first_remap_s": first_remap,
+        "duration_s": data.info.duration_s,
+        "huddle_cpu_s": data.info.huddle_cpu_s,
+    });
+    let code = match stop {
+        run::Stop::Signal(s) => {
+            eprintln!(
+                "huddle: {}: let go of the ranks on {host}, which run on (not signalled; affinity put back)",
+                run::signal_name(s)
+            );
+            128 + s
+        }
+        run::Stop::Ended | run::Stop::TimeUp => 0,
+    };
+    Ok((code, extra))
+}
+
+/// Options of `huddle run` that node managers take over (HUDDLE_NODE_ARGS, split by the agent
+/// on white space).
+fn forwarded(c: &Common) -> anyhow::Result<Vec<String>> {
+    let mut v: Vec<String> = vec![
+        "--policy".into(),
+        c.policy.clone(),
+        "--threshold".into(),
+        c.threshold.to_string(),
+        "--block-size".into(),
+        c.block_size.to_string(),
+        "--simmer-confidence".into(),
+        c.simmer_confidence.to_string(),
+        "--min-traffic".into(),
+        c.min_traffic.to_string(),
+        "--seed".into(),
+        c.seed.to_string(),
+        "--page-budget".into(),
+        c.page_budget.to_string(),
+    ];
+    if c.move_pages {
+        v.push("--move-pages".into());
+    }
+    if c.processes {
+        v.push("--processes".into());
+    }
+    if let Some(p) = &c.pus {
+        v.extend(["--pus".into(), p.clone()]);
+    }
+    if let Some(s) = &c.source {
+        v.extend(["--source".into(), s.clone()]);
+    }
+    if let Some(bad) = v
+        .iter()
+        .find(|a| a.is_empty() || a.contains(char::is_whitespace))
+    {
+        return Err(bad_input(format!(
+            "--node-managers: option value '{bad}' is empty or has white space, which cannot be passed on to the node managers"
+        )));
+    }
+    Ok(v)
+}
+
+/// Whether `resolved` (a canonical path) is an MPI launcher rather than an MPI program.
+fn is_launcher(resolved: &Path) -> bool {
+    let name = resolved
+        .file_name()
+        .map(|n| n.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    ["mpirun", "mpiexec", "orterun", "prterun", "hydra"]
+        .iter()
+        .any(|l| name.contains(l))
+}
+
+/// The launcher's arguments with `-x VAR` for each of `vars` first: Open MPI passes only
+/// those to ranks on other nodes (MPICH's hydra passes the whole environment already).
+fn with_exports(rest: &[OsString], vars: &[&str]) -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::new();
+    for v in vars {
+        out.push("-x".into());
+        out.push((*v).into());
+    }
+    out.extend(rest.iter().cloned());
+    out
+}
+
+/// `huddle run --node-managers -- CMD`: the ranks preload the PMPI agent and start a node
+/// manager on every node; this process launches CMD, passes signals on, and waits for the
+/// node reports. Returns CMD's exit status.
+pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
+    crate::agent::remove_leftovers();
+    let c = &args.common;
+    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let Some(resolved) =
+        detect::resolve_program(program).and_then(|p| std::fs::canonicalize(p).ok())
+    else {
+        return Err(crate::exit::Exit {
+            code: 127,
+            message: format!("{}: command not found", program.to_string_lossy()),
+        }
+        .into());
+    };
+    if let Some(s) = &c.source {
+        if SourceMode::parse(s).map_err(bad_input)? == SourceMode::Faults {
+            return Err(bad_input(
+                "--node-managers --source faults: node managers find the ranks on the PMPI agent's board; use --source both or mpi",
+            ));
+        }
+    }
+    let flavour = crate::agent::mpi_flavour(&resolved).ok_or_else(|| {
+        bad_input(format!(
+            "--node-managers: {} is no MPI launcher and links no libmpi huddle recognises",
+            resolved.display()
+        ))
+    })?;
+    let lib = crate::agent::pmpi_library_for(flavour).map_err(bad_input)?;
+    let node_args = forwarded(c)?;
+    // The options the node managers will run with, checked here once rather than on every node.
+    crate::run::check(
+        &Common {
+            policy: if c.policy == "simmer" {
+                "none".into()
+            } else {
+                c.policy.clone()
+            },
+            ..c.clone()
+        },
+        None,
+    )?;
+    let report = crate::run::report_dir(c)?;
+    let report_abs = report
+        .as_ref()
+        .map(|r| std::fs::canonicalize(&r.path))
+        .transpose()?;
+    let huddle = std::env::current_exe()?;
+    crate::agent::preload(&lib);
+    std::env::set_var("HUDDLE_NODE", "1");
+    std::env::set_var("HUDDLE_BIN", &huddle);
+    std::env::set_var("HUDDLE_NODE_ARGS", node_args.join(" "));
+    let mut vars = vec![
+        "LD_PRELOAD",
+        "HUDDLE_NODE",
+        "HUDDLE_BIN",
+        "HUDDLE_NODE_ARGS",
+        "HUDDLE_RANK_MATRIX",
+    ];
+    match &report_abs {
+        Some(dir) => {
+            std::env::set_var("HUDDLE_NODE_REPORT", dir);
+            std::env::set_var("HUDDLE_RANK_MATRIX", dir.join("rank-matrix.csv"));
+            vars.push("HUDDLE_NODE_REPORT");
+        }
+        None => {
+            std::env::remove_var("HUDDLE_NODE_REPORT");
+            // No report: no rank matrix left on whichever node rank 0 runs.
+            std::env::set_var("HUDDLE_RANK_MATRIX", "none");
+        }
+    }
+    if std::env::var_os("HUDDLE_BOARD").is_some() {
+        vars.push("HUDDLE_BOARD");
+    }
+    let argv = if flavour == "openmpi" && is_launcher(&resolved) {
+        with_exports(rest, &vars)
+    } else {
+        rest.to_vec()
+    };
+    run::install_signal_forwarding();
+    // Node managers of this job start after this (less a margin for clocks of other nodes).
+    let launched = unix_now() - 5.0;
+    let mut child = std::process::Command::new(program)
+        .args(&argv)
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("{}: cannot start: {e}", program.to_string_lossy()))?;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        let sig = run::FORWARD.swap(0, std::sync::atomic::Ordering::SeqCst);
+        if sig != 0 {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if let Some(dir) = &report_abs {
+        wait_for_nodes(dir, launched, Duration::from_secs(20));
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1))
+}
+
+/// The node directories of a job report and the state each node.json gives ("stale": a node
+/// manager that started before `since`, Unix seconds: an earlier job's).
+fn node_states(dir: &Path, since: f64) -> Vec<(PathBuf, String)> {
+    let mut out: Vec<(PathBuf, String)> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("node-"))
+                .filter(|e| e.path().is_dir())
+                .map(|e| {
+                    let v = std::fs::read_to_string(e.path().join("node.json"))
+                        .ok()
+                        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+                    let state = match v {
+                        Some(v) if v["started_unix"].as_f64().is_some_and(|t| t < since) => {
+                            "stale".to_string()
+                        }
+                        Some(v) => v["state"].as_str().unwrap_or("starting").to_string(),
+                        None => "starting".into(),
+                    };
+                    (e.path(), state)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// Waits (at most `limit`) until every node manager that reported into `dir` since `since`
+/// (Unix seconds) has finished, then says where each node's report is.
+fn wait_for_nodes(dir: &Path, since: f64, limit: Duration) {
+    let until = Instant::now() + limit;
+    let node_states = |d: &Path| node_states(d, since);
+    let mut nodes = node_states(dir);
+    while nodes.iter().any(|(_, s)| s == "running" || s == "starting") && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+        nodes = node_states(dir);
+    }
+    if nodes.is_empty() {
+        eprintln!(
+            "huddle: no node manager reported into {} (did the ranks start with the PMPI agent?)",
+            dir.display()
+        );
+    }
+    for (path, state) in nodes {
+        match state.as_str() {
+            "done" => eprintln!("huddle: node report in {}", path.display()),
+            "failed" => eprintln!(
+                "huddle: node manager failed, see {}",
+                path.join("node.log").display()
+            ),
+            "stale" => eprintln!(
+                "huddle: {} is an earlier job's: no node manager of this job reported there",
+                path.display()
+            ),
+            _ => eprintln!(
+                "huddle: node manager of {} did not finish within {} s (killed?): its report is missing",
+                path.display(),
+                limit.as_secs()
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launchers_are_told_from_programs() {
+        assert!(is_launcher(Path::new("/usr/bin/orterun")));
+        assert!(is_launcher(Path::new("/usr/bin/mpiexec.hydra")));
+        assert!(is_launcher(Path::new("/usr/bin/mpirun.openmpi")));
+        assert!(!is_launcher(Path::new("/work/build/mpi/openmpi/traffic")));
+    }
+
+    #[test]
+    fn exports_come_before_the_launcher_arguments() {
+        let rest: Vec<OsString> = vec!["-np".into(), "4".into(), "./a".into()];
+        let out = with_exports(&rest, &["A", "B"]);
+        let out: Vec<&str> = out.iter().map(|s| s.to_str().unwrap()).collect();
+        assert_eq!(out, ["-x", "A", "-x", "B", "-np", "4", "./a"]);
+    }
+}
