@@ -135,8 +135,8 @@ const HASWELL_DDR3_2CH_BANKS: &[&[u32]] = &[&[14, 18], &[15, 19], &[16, 20], &[1
 const HASWELL_DDR3_2CH_CHANNELS: &[&[u32]] = &[&[7, 8, 9, 12, 13, 18, 19]];
 const SKYLAKE_DDR4_2CH_BANKS: &[&[u32]] = &[&[7, 14], &[15, 19], &[16, 20], &[17, 21], &[18, 22]];
 const SKYLAKE_DDR4_2CH_CHANNELS: &[&[u32]] = &[&[8, 9, 12, 13, 18, 19]];
-/// AMD Zen generations (ZenHammer, USENIX Security 2024, Table 5 and its artifact): bank group,
-/// bank and (two-rank DIMMs) rank functions of one DDR4 channel.
+/// AMD Zen generations (ZenHammer, USENIX Security 2024; the bit lists as its artifact's DRAM
+/// configurations give them): bank-group, bank and (two-rank DIMMs) rank functions of one channel.
 const ZENPLUS_DDR4_1R_BANKS: &[&[u32]] = &[
     &[15, 17, 21, 25, 29],
     &[16, 18, 22, 26],
@@ -169,6 +169,14 @@ const ZEN3_DDR4_1R_BANKS: &[&[u32]] = &[
     &[10, 19, 23, 27],
     &[11, 20, 24],
 ];
+const ZEN3_DDR4_2R_BANKS: &[&[u32]] = &[
+    &[17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27],
+    &[8, 18, 22, 26],
+    &[9, 19, 23, 27],
+    &[10, 20, 24],
+    &[11, 21, 25],
+];
+/// Zen 4 with DDR5 (one DIMM, one rank, 8 bank groups): sub-channel, bank-group and bank functions.
 const ZEN4_DDR5_1R_BANKS: &[&[u32]] = &[
     &[6, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29],
     &[12, 22, 27],
@@ -176,13 +184,6 @@ const ZEN4_DDR5_1R_BANKS: &[&[u32]] = &[
     &[8, 20, 25],
     &[11, 19, 24, 29],
     &[10, 18, 23, 28],
-];
-const ZEN3_DDR4_2R_BANKS: &[&[u32]] = &[
-    &[17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27],
-    &[8, 18, 22, 26],
-    &[9, 19, 23, 27],
-    &[10, 20, 24],
-    &[11, 21, 25],
 ];
 
 /// log2 of the page the pool is built from.
