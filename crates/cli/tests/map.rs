@@ -109,6 +109,37 @@ fn formats_agree_with_the_json_mapping() {
             "{l}"
         );
     }
+    assert!(!rankfile.contains('#'), "one rank per PU: no note");
+}
+
+#[test]
+fn an_oversubscribing_rankfile_says_how_to_run_it() {
+    let dir = Scratch::new("map", "rankfile-over");
+    let m = dir.join("m.csv");
+    std::fs::write(&m, "0,9,1,0\n9,0,0,1\n1,0,0,9\n0,1,9,0\n").unwrap();
+    let out = huddle(&[
+        "map",
+        "--matrix",
+        m.to_str().unwrap(),
+        "--synthetic",
+        "pack:1 core:2 pu:1",
+        "--oversubscribe",
+        "--format",
+        "rankfile",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.starts_with("# 4 ranks on 2 PUs") && first.contains("mpi_yield_when_idle 1"),
+        "{text}"
+    );
+    assert_eq!(text.lines().filter(|l| l.starts_with("rank ")).count(), 4);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mpi_yield_when_idle"));
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! When to migrate, as CDSM's loop does it, plus the guards a long run needs.
 //!
 //! - Interval: starts at 100 ms, grows by 50 ms while the mapping stays, halves when it
-//!   changes, always within 50 ms..2 s.
+//!   changes, always within 50 ms..2 s. It does not grow while a proposal waits for its
+//!   confirmation: that wait is one interval, not a sign that the mapping is good.
 //! - Threshold: migrate only when the candidate's predicted cost is at least `threshold`
 //!   (default 5 %) below the live mapping's, under the same cost model and matrix.
 //! - No ping-pong: a mapping the loop migrated away from is not taken again for
@@ -36,6 +37,8 @@ pub struct Controller {
     pub return_window_s: f64,
     /// (mapping, time it was left).
     abandoned: VecDeque<(Vec<u32>, f64)>,
+    /// The matrix total at the last tick that had too little traffic to decide on.
+    filled: f64,
 }
 
 impl Default for Controller {
@@ -51,6 +54,7 @@ impl Controller {
             threshold,
             return_window_s: DEFAULT_RETURN_WINDOW_S,
             abandoned: VecDeque::new(),
+            filled: 0.0,
         }
     }
 
@@ -67,7 +71,7 @@ impl Controller {
         candidate_cost: f64,
         previous_cost: Option<f64>,
     ) -> Verdict {
-        let verdict = self.judge(
+        let (verdict, awaits_confirmation) = self.judge(
             now,
             current,
             current_cost,
@@ -77,6 +81,7 @@ impl Controller {
         );
         match verdict {
             Verdict::Migrate { .. } => self.accept(now, current),
+            Verdict::Keep { .. } if awaits_confirmation => {}
             Verdict::Keep { .. } => self.hold(),
         }
         verdict
@@ -85,6 +90,17 @@ impl Controller {
     /// The mapping stays as it is (kept, or nothing was proposed): the interval grows.
     pub fn hold(&mut self) {
         self.interval_ms = (self.interval_ms + STEP_MS).min(MAX_MS);
+    }
+
+    /// The matrix holds `total` events, too few to decide on. While it grows the interval
+    /// stays: growing it (100, 150, 200 ... ms) put the tick after the traffic arrived up to
+    /// 0.4 s late, and the confirming tick later still (first remaps at 1.77 s on pairs x8,
+    /// bench/manager 2026-11-24). A program whose matrix does not grow backs off as before.
+    pub fn filling(&mut self, total: f64) {
+        if total <= self.filled {
+            self.hold();
+        }
+        self.filled = total;
     }
 
     /// Records a migration away from `current` that a policy decided by its own rules: the
@@ -105,55 +121,46 @@ impl Controller {
         candidate: &[u32],
         candidate_cost: f64,
         previous_cost: Option<f64>,
-    ) -> Verdict {
+    ) -> (Verdict, bool) {
+        // The flag: the move is kept back only to be confirmed.
+        let keep = |reason| (Verdict::Keep { reason }, false);
+        let wait = |reason| (Verdict::Keep { reason }, true);
         if candidate == current {
-            return Verdict::Keep {
-                reason: "the live mapping is already the best found".into(),
-            };
+            return keep("the live mapping is already the best found".into());
         }
         if current_cost <= 0.0 {
-            return Verdict::Keep {
-                reason: "no communication cost to reduce".into(),
-            };
+            return keep("no communication cost to reduce".into());
         }
         let gain = (current_cost - candidate_cost) / current_cost;
         if gain < self.threshold {
-            return Verdict::Keep {
-                reason: format!(
-                    "predicted gain {:.1}% is below the {:.1}% threshold",
-                    gain * 100.0,
-                    self.threshold * 100.0
-                ),
-            };
+            return keep(format!(
+                "predicted gain {:.1}% is below the {:.1}% threshold",
+                gain * 100.0,
+                self.threshold * 100.0
+            ));
         }
         match previous_cost {
             None => {
-                return Verdict::Keep {
-                    reason: "a first proposal waits one interval to be confirmed".into(),
-                }
+                return wait("a first proposal waits one interval to be confirmed".into());
             }
             Some(p) if (current_cost - p) / current_cost < self.threshold => {
-                return Verdict::Keep {
-                    reason: format!(
-                        "the last interval's proposal would gain only {:.1}% on this matrix: \
-                         the matrix is still settling",
-                        (current_cost - p) / current_cost * 100.0
-                    ),
-                }
+                return wait(format!(
+                    "the last interval's proposal would gain only {:.1}% on this matrix: \
+                     the matrix is still settling",
+                    (current_cost - p) / current_cost * 100.0
+                ));
             }
             Some(_) => {}
         }
         if let Some((_, left)) = self.abandoned.iter().rev().find(|(m, _)| m == candidate) {
             if now - left < self.return_window_s {
-                return Verdict::Keep {
-                    reason: format!(
-                        "refusing to return within {:.0} s to a mapping left at {left:.1} s",
-                        self.return_window_s
-                    ),
-                };
+                return keep(format!(
+                    "refusing to return within {:.0} s to a mapping left at {left:.1} s",
+                    self.return_window_s
+                ));
             }
         }
-        Verdict::Migrate { gain }
+        (Verdict::Migrate { gain }, false)
     }
 }
 
@@ -260,11 +267,35 @@ mod tests {
             matches!(&v, Verdict::Keep { reason } if reason.contains("settling")),
             "{v:?}"
         );
+        // Waiting for confirmation is not holding a good mapping: the interval stayed.
+        assert_eq!(c.interval_ms, START_MS);
         // It would still gain the threshold: the move is confirmed.
         assert!(matches!(
             c.decide(0.3, &a, 100.0, &b, 50.0, Some(95.0)),
             Verdict::Migrate { .. }
         ));
+    }
+
+    #[test]
+    fn the_interval_stays_while_the_matrix_fills_and_grows_once_it_stops() {
+        let mut c = Controller::new(0.05);
+        for total in [3.0, 10.0, 40.0, 90.0] {
+            c.filling(total);
+            assert_eq!(c.interval_ms, START_MS, "filling at {total}");
+        }
+        c.filling(90.0);
+        c.filling(90.0);
+        assert_eq!(
+            c.interval_ms,
+            START_MS + 2 * STEP_MS,
+            "no new traffic: backs off"
+        );
+        c.filling(0.0);
+        assert_eq!(
+            c.interval_ms,
+            START_MS + 3 * STEP_MS,
+            "an aged, emptier matrix too"
+        );
     }
 
     #[test]

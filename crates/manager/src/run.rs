@@ -136,11 +136,13 @@ pub struct Config {
 /// Default for [`Config::min_traffic`].
 pub const DEFAULT_MIN_TRAFFIC: f64 = 64.0;
 /// ... and at least this much per mapped task: with less, chance decides which of equally
-/// strong links look weakest. (First remaps of `pipeline` x8 that cut two links of the chain,
-/// ~1 in 15 runs at 16 or 18 per task, were the mapper's doing, not too few events: its
-/// bisection grew from the heaviest stage, a middle one when chance made it so, and pair
-/// swaps could not undo that; see crates/mapping/src/drb.rs.)
-pub const MIN_TRAFFIC_PER_TASK: f64 = 18.0;
+/// strong links look weakest. pipeline x8 threads, 8 runs each, alternating (2026-11-25):
+/// at 18 per task the first remap came at 1.02-1.13 s, one of them wrong (two chain links cut)
+/// and never mended; at 12, at 0.73-0.92 s, three wrong and all mended by 1.82 s (first
+/// correct remap: median 0.87 s). A wrong early remap still beats floating (about 3.5 links
+/// cut on average), so acting sooner wins. (The mapper's own share of wrong cuts was mended in
+/// crates/mapping/src/drb.rs: its bisection grew from the heaviest stage.)
+pub const MIN_TRAFFIC_PER_TASK: f64 = 12.0;
 
 /// A pending signal huddle should pass on to the program (set from a signal handler).
 pub static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
@@ -448,6 +450,8 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, mut cfg: Config) ->
                 tasks: live_idx.clone(),
                 reason,
             });
+        } else if !enough {
+            cfg.controller.filling(sub.total());
         } else {
             cfg.controller.hold();
         }
