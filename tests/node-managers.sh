@@ -195,6 +195,15 @@ if [ -s "$rep/rank-matrix.csv" ] && [ "$(wc -l <"$rep/rank-matrix.csv")" -eq 8 ]
 else
   fail "no 8-line rank-matrix.csv in $rep"
 fi
+# The job's page: both nodes, the matrix, and the advice (pairs stay inside the hosts, so
+# what ran, blocked by host, is what the advisor keeps).
+if grep -q "huddle job: 2 nodes, 8 ranks seen" "$rep/index.html" 2>/dev/null &&
+  grep -q 'href="node-hA/index.html"' "$rep/index.html" && grep -q 'href="node-hB/index.html"' "$rep/index.html" &&
+  grep -q "What ran already is the advised placement" "$rep/index.html"; then
+  pass "the job's page ($rep/index.html) links both nodes and advises keeping what ran"
+else
+  fail "no job page with both nodes and the advice in $rep/index.html"
+fi
 
 # 2. Started by the job alone (HUDDLE_NODE=1), and a node manager killed with SIGKILL.
 rep=$tmp/report2

@@ -270,7 +270,7 @@ fn host(target: &Target, hosts: &[String], node: usize) -> String {
     }
 }
 
-fn render(
+pub(crate) fn render(
     m: &Mapping,
     target: &Target,
     format: Format,

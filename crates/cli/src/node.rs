@@ -563,6 +563,7 @@ fn wait_for_nodes(dir: &Path, since: f64, limit: Duration) {
             "huddle: no node manager reported into {} (did the ranks start with the PMPI agent?)",
             dir.display()
         );
+        return;
     }
     for (path, state) in nodes {
         match state.as_str() {
@@ -581,6 +582,10 @@ fn wait_for_nodes(dir: &Path, since: f64, limit: Duration) {
                 limit.as_secs()
             ),
         }
+    }
+    match crate::report::render_job(dir) {
+        Ok(page) => eprintln!("huddle: job report in {}", page.display()),
+        Err(e) => eprintln!("huddle: job page not written: {e:#}"),
     }
 }
 

@@ -204,3 +204,63 @@ fn a_missing_or_foreign_board_is_bad_input() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("not a huddle PMPI board"), "{err}");
 }
+
+/// The job page from node directories as `huddle node` leaves them and rank 0's matrix:
+/// 4 ranks, pairs 0-2 and 1-3 talk, but hA ran 0,1 and hB 2,3 (both pairs cross).
+#[test]
+fn a_job_directory_gets_its_page_with_advice_for_the_next_run() {
+    let dir = Scratch::new("node", "job-page");
+    for (host, ranks) in [("hA", [0, 1]), ("hB", [2, 3])] {
+        let d = dir.join(format!("node-{host}"));
+        std::fs::create_dir(&d).unwrap();
+        let ranks: Vec<serde_json::Value> = ranks
+            .iter()
+            .map(|r| serde_json::json!({"rank": r, "pid": 100 + r, "state": "finalized", "alive": false, "sent_bytes": 1000}))
+            .collect();
+        let v = serde_json::json!({
+            "schema": "huddle.node/1", "state": "done", "host": host, "pid": 1,
+            "started_unix": 1.0, "start_delay_s": 0.03, "ranks": ranks,
+            "migrations": 2, "first_remap_s": 0.26, "duration_s": 3.0, "huddle_cpu_s": 0.02,
+        });
+        std::fs::write(d.join("node.json"), v.to_string()).unwrap();
+    }
+    std::fs::write(
+        dir.join("rank-matrix.csv"),
+        "0,0,5000,0\n0,0,0,4000\n5000,0,0,0\n0,4000,0,0\n",
+    )
+    .unwrap();
+    let out = Command::new(HUDDLE)
+        .args(["report", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(page.contains("huddle job: 2 nodes, 4 ranks seen"), "{page}");
+    assert!(page.contains("hA") && page.contains("hB"));
+    // What ran sends both pairs across; the advice keeps each pair on one node.
+    assert!(
+        page.contains("<td class=l>what ran</td>"),
+        "what ran is not the advice"
+    );
+    assert!(
+        page.contains("100.0% less"),
+        "nothing need cross the network"
+    );
+    assert!(
+        page.contains("rank 0=hA") && page.contains("rank 2=hA"),
+        "pair 0-2 on hA"
+    );
+    // No matrix: the page still comes, without advice.
+    std::fs::remove_file(dir.join("rank-matrix.csv")).unwrap();
+    let out = Command::new(HUDDLE)
+        .args(["report", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(page.contains("No rank-matrix.csv") && page.contains("No advice"));
+}

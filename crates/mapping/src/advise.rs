@@ -231,6 +231,35 @@ fn advise_traffic(
     })
 }
 
+/// A placement given as one node per rank (what a job ran with), scored as the advisor scores
+/// its own: huddle places each node's ranks on that node's PUs, then network volume and link
+/// contention over the nodes.
+pub fn evaluate_nodes(
+    name: &'static str,
+    node_of: &[usize],
+    m: &CommMatrix,
+    target: &Target,
+    opts: &Options,
+    link_bandwidth: f64,
+) -> Result<Placement, MapError> {
+    if !(link_bandwidth.is_finite() && link_bandwidth > 0.0) {
+        return Err(MapError::LinkBandwidth(link_bandwidth));
+    }
+    let graph = Graph::from_matrix(m);
+    let mapping = by_nodes(node_of, &graph, target, opts)?;
+    Ok(Placement {
+        name,
+        network: network(&mapping),
+        contention: Contention::of(
+            &Traffic::from_matrix(m),
+            node_of,
+            target.num_nodes(),
+            link_bandwidth,
+        ),
+        mapping,
+    })
+}
+
 /// Equal within a relative 1e-9 (rounding), else ordered.
 fn cmp_close(a: f64, b: f64) -> Ordering {
     if (a - b).abs() <= 1e-9 * a.abs().max(b.abs()) {
@@ -324,6 +353,27 @@ mod tests {
 
     fn by_name<'a>(a: &'a Advice, name: &str) -> &'a Placement {
         a.placements.iter().find(|p| p.name == name).unwrap()
+    }
+
+    #[test]
+    fn a_given_placement_scores_as_the_advisors_own() {
+        // Pairs 0-1 and 2-3 talk; blocked puts each pair on one node.
+        let m = matrix(
+            4,
+            &[(0, 1, 100.0), (1, 0, 100.0), (2, 3, 80.0), (3, 2, 80.0)],
+        );
+        let t = cluster(2, "pack:1 core:2 pu:1");
+        let a = advise_matrix(&m, &t, &opts(), 1e9).unwrap();
+        let given = evaluate_nodes("what ran", &[0, 0, 1, 1], &m, &t, &opts(), 1e9).unwrap();
+        let blocked = by_name(&a, "blocked");
+        assert_eq!(given.network, blocked.network);
+        assert_eq!(given.contention.seconds, blocked.contention.seconds);
+        assert_eq!(given.mapping.nodes(&t), vec![0, 0, 1, 1]);
+        // Cyclic splits both pairs: 180 bytes each way over the links.
+        let split = evaluate_nodes("what ran", &[0, 1, 0, 1], &m, &t, &opts(), 1e9).unwrap();
+        assert_eq!(split.network, 180.0);
+        assert!((split.contention.seconds - 180e-9).abs() < 1e-15);
+        assert!(evaluate_nodes("x", &[0, 1, 0, 1], &m, &t, &opts(), 0.0).is_err());
     }
 
     /// out/in per node by hand, max(out, in) / bandwidth, the slowest node.

@@ -11,14 +11,14 @@ use crate::RunData;
 use matrix::CommMatrix;
 use std::fmt::Write;
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-const STYLE: &str = "\
+pub(crate) const STYLE: &str = "\
 body{font-family:sans-serif;max-width:1040px;margin:auto;padding:0 12px;color:#222;line-height:1.4}\
 h1{font-size:1.5em;margin-bottom:.3em;word-break:break-word}\
 h2{border-bottom:1px solid #ddd;padding-bottom:2px;margin-top:1.6em}\

@@ -6,6 +6,7 @@
 //! opens offline: every plot is an SVG drawn by the plotters library and inlined.
 
 mod html;
+pub mod job;
 pub mod order;
 mod plots;
 
@@ -168,7 +169,7 @@ fn create_private(path: &Path) -> Result<std::fs::File, ReportError> {
         .map_err(|e| io_err(path, e))
 }
 
-fn write_text(path: &Path, text: &str) -> Result<(), ReportError> {
+pub(crate) fn write_text(path: &Path, text: &str) -> Result<(), ReportError> {
     use std::io::Write;
     create_private(path)?
         .write_all(text.as_bytes())
