@@ -232,6 +232,9 @@ static YIELDED: AtomicBool = AtomicBool::new(false);
 static HOLD: AtomicBool = AtomicBool::new(false);
 /// The private page being dropped right now (0: none).
 static DROPPING: AtomicU64 = AtomicU64::new(0);
+/// A thread is in fork(): it holds the lock from before_fork until the fork is done, with
+/// every dropped page put back and no new drop allowed (HOLD).
+static FORKING: AtomicBool = AtomicBool::new(false);
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
 /// First touches of private pages the fault thread resolved: when it moves, pages became
 /// present that the re-arm thread's index lacks (a new phase's memory; without this it
@@ -262,6 +265,33 @@ fn unlock() {
     BUSY.store(false, Ordering::Release);
 }
 
+/// The lock, unless a fork is under way (false: not taken). The forking thread holds the
+/// lock across fork(); meanwhile another program thread may fault on registered memory
+/// while holding a lock fork() itself needs (a malloc arena's), so the fault thread must
+/// resolve page faults without the lock then, or the three wait on each other for good
+/// (seen: agent_torture, a fork beside a malloc, both helpers spinning on the lock).
+fn lock_unless_forking() -> bool {
+    let mut spins = 0u32;
+    loop {
+        if BUSY
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+        if FORKING.load(Ordering::Acquire) {
+            return false;
+        }
+        spins += 1;
+        if spins < 2000 {
+            std::hint::spin_loop();
+        } else {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+}
+
 fn errno() -> i32 {
     // SAFETY: the thread's errno location is always valid.
     unsafe { *libc::__errno_location() }
@@ -272,6 +302,7 @@ fn errno() -> i32 {
 static INIT: extern "C" fn() = agent_init;
 
 extern "C" fn agent_init() {
+    maps::note_own_path(agent_init as *const c_void);
     // SAFETY: registering plain functions; they only make system calls.
     unsafe {
         libc::pthread_atfork(
@@ -287,9 +318,11 @@ extern "C" fn before_fork() {
     // The child has no userfaultfd: every dropped page must be back before it is copied.
     // SAFETY: restores pages through our own uffd; takes the lock until after fork.
     unsafe { quiesce() };
+    FORKING.store(true, Ordering::Release);
 }
 
 extern "C" fn after_fork_parent() {
+    FORKING.store(false, Ordering::Release);
     HOLD.store(YIELDED.load(Ordering::Acquire), Ordering::Release);
     unlock();
 }
@@ -351,6 +384,7 @@ extern "C" fn after_fork_child() {
     UFFD.store(-1, Ordering::Release);
     DROPPING.store(0, Ordering::Release);
     HOLD.store(false, Ordering::Release);
+    FORKING.store(false, Ordering::Release);
     unlock();
     start();
 }
@@ -625,7 +659,7 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
             // slots' old addresses until the event is handled.
             let mut count = 0;
             if libc::poll(&mut pfd, 1, timeout) > 0 {
-                lock();
+                let locked = lock_unless_forking();
                 let n = libc::read(
                     fd,
                     msgs.as_mut_ptr() as *mut c_void,
@@ -637,24 +671,38 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                     0
                 };
                 for m in &msgs[..count] {
-                    if !handle(&mut *st, &view, m) && ndeferred < deferred.len() {
+                    let done = if locked {
+                        handle(&mut *st, &view, m)
+                    } else {
+                        handle_during_fork(&*st, m)
+                    };
+                    if !done && ndeferred < deferred.len() {
                         deferred[ndeferred] = *m;
                         ndeferred += 1;
                     }
                 }
-                unlock();
+                if locked {
+                    unlock();
+                }
             }
-            lock();
+            let locked = lock_unless_forking();
             let mut keep = 0;
             for k in 0..ndeferred {
                 let m = deferred[k];
-                if !handle(&mut *st, &view, &m) {
+                let done = if locked {
+                    handle(&mut *st, &view, &m)
+                } else {
+                    handle_during_fork(&*st, &m)
+                };
+                if !done {
                     deferred[keep] = m;
                     keep += 1;
                 }
             }
             ndeferred = keep;
-            unlock();
+            if locked {
+                unlock();
+            }
             // A system call (no vDSO for thread clocks): every 16th wake-up, and when idle.
             wakes += 1;
             if wakes.is_multiple_of(16) || count == 0 {
@@ -664,6 +712,41 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
             }
         }
     }
+}
+
+/// Handles one message while another thread forks and holds the lock (see
+/// lock_unless_forking); false when it must wait for the lock. Only page faults are resolved
+/// here: before_fork put every dropped page back and HOLD stops new drops, so a missing page
+/// is a first touch (zeros) and a write-protected one is not being saved (lift the
+/// protection). Mapping events change the agent's state and wait for the lock.
+unsafe fn handle_during_fork(st: &State, m: &UffdMsg) -> bool {
+    if m.event != UFFD_EVENT_PAGEFAULT {
+        return false;
+    }
+    let page = m.a1 & !(st.page - 1);
+    let range = UffdioRange {
+        start: page,
+        len: st.page,
+    };
+    if m.a0 & UFFD_PAGEFAULT_FLAG_WP != 0 {
+        let mut wp = UffdioWriteprotect { range, mode: 0 };
+        if uffd_ioctl(
+            st.uffd,
+            UFFDIO_WRITEPROTECT,
+            &mut wp as *mut _ as *mut c_void,
+        ) != 0
+            && errno() == libc::EAGAIN
+        {
+            return false;
+        }
+    } else if !zero_fill(st, page) {
+        return false;
+    } else {
+        FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut rg = range;
+    uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
+    true
 }
 
 /// Handles one message (the caller holds the lock); false when it must be retried.

@@ -62,10 +62,41 @@ pub fn parse_hex(s: &[u8]) -> Option<u64> {
     })
 }
 
+/// The agent's own file as the loader opened it (set once at start, see [`note_own_path`]):
+/// a copy under another name is still itself.
+static OWN_PATH: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+/// Records the path the dynamic loader gave the object holding `addr` (the agent's code).
+/// Called from the program's thread at start, before the helpers run.
+pub fn note_own_path(addr: *const libc::c_void) {
+    // SAFETY: dladdr fills `info` for an address inside a loaded object; dli_fname is then a
+    // NUL-terminated string owned by the loader.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(addr, &mut info) != 0 && !info.dli_fname.is_null() {
+            use std::os::unix::ffi::{OsStrExt, OsStringExt};
+            let name = std::ffi::CStr::from_ptr(info.dli_fname).to_bytes();
+            // /proc/self/maps shows the path with links resolved.
+            let path = std::fs::canonicalize(std::ffi::OsStr::from_bytes(name))
+                .map(|p| p.into_os_string().into_vec())
+                .unwrap_or_else(|_| name.to_vec());
+            let _ = OWN_PATH.set(path);
+        }
+    }
+}
+
 /// Objects whose writable data the agent's own helper threads use: the dynamic loader (lazy
-/// binding), the C library (system call wrappers, errno, its locks) and the agent itself. A
+/// binding), the C library (system call wrappers, errno, its locks) and the agent itself,
+/// by its usual name or by the path it was loaded from (HUDDLE_AGENT naming a renamed copy
+/// made the agent re-arm its own data, and its helpers then waited on themselves). A
 /// helper that faulted on one of their pages while it was out would wait for itself.
 pub fn agent_critical(path: &[u8]) -> bool {
+    if OWN_PATH
+        .get()
+        .is_some_and(|own| !own.is_empty() && own.as_slice() == path)
+    {
+        return true;
+    }
     let base = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
     [
         &b"ld-linux"[..],
