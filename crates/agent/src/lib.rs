@@ -38,8 +38,10 @@
 //!   with us before that scan); a range the program discarded (MADV_DONTNEED, announced
 //!   before the pages go) is left alone for a second; the UNMAP of an mremap's old range
 //!   does not discard what another thread moved into that range meanwhile. Every saved page
-//!   is put back before fork (pthread_atfork), and EAGAIN from the kernel is retried, never
-//!   treated as done. crates/cli/tests/agent_torture.c checks all of this on both paths.
+//!   is put back before fork (pthread_atfork; the forking thread keeps the lock until fork
+//!   returns, and meanwhile the fault thread resolves page faults without it, since a
+//!   thread holding a lock fork() needs may be stopped on one), and EAGAIN from the kernel
+//!   is retried, never treated as done. crates/cli/tests/agent_torture.c checks all of this on both paths.
 //!
 //! Static data is re-armed like the heap: a `.bss` (and `.lbss`, Fortran COMMON) is the
 //! anonymous mapping right after its object's file mappings, and an object's `.data` is
