@@ -237,6 +237,10 @@ static DROPPING: AtomicU64 = AtomicU64::new(0);
 /// A thread is in fork(): it holds the lock from before_fork until the fork is done, with
 /// every dropped page put back and no new drop allowed (HOLD).
 static FORKING: AtomicBool = AtomicBool::new(false);
+/// A mapping event (REMOVE, UNMAP, REMAP) was read during a fork and waits for the lock:
+/// nothing is dropped until the fault thread has handled it (the program has gone on, and
+/// the slots and candidates may name the old addresses).
+static MAPPING_EVENTS_WAITING: AtomicBool = AtomicBool::new(false);
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
 /// First touches of private pages the fault thread resolved: when it moves, pages became
 /// present that the re-arm thread's index lacks (a new phase's memory; without this it
@@ -681,6 +685,9 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                     if !done && ndeferred < deferred.len() {
                         deferred[ndeferred] = *m;
                         ndeferred += 1;
+                        if m.event != UFFD_EVENT_PAGEFAULT {
+                            MAPPING_EVENTS_WAITING.store(true, Ordering::Release);
+                        }
                     }
                 }
                 if locked {
@@ -689,6 +696,7 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
             }
             let locked = lock_unless_forking();
             let mut keep = 0;
+            let mut mapping_waits = false;
             for k in 0..ndeferred {
                 let m = deferred[k];
                 let done = if locked {
@@ -699,9 +707,11 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                 if !done {
                     deferred[keep] = m;
                     keep += 1;
+                    mapping_waits |= m.event != UFFD_EVENT_PAGEFAULT;
                 }
             }
             ndeferred = keep;
+            MAPPING_EVENTS_WAITING.store(mapping_waits, Ordering::Release);
             if locked {
                 unlock();
             }

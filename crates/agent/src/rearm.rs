@@ -373,7 +373,10 @@ pub(super) unsafe fn drop_private(st: &mut State, view: &RingView, page: u64) {
         unlock();
         return;
     }
-    if st.changes != st.scanned_changes || recently_discarded(st, page) {
+    if st.changes != st.scanned_changes
+        || MAPPING_EVENTS_WAITING.load(Ordering::Acquire)
+        || recently_discarded(st, page)
+    {
         unlock();
         return;
     }
@@ -494,6 +497,7 @@ pub(super) unsafe fn drop_by_move(st: &mut State, view: &RingView, page: u64) {
         HOLD.load(Ordering::Acquire)
             || YIELDED.load(Ordering::Acquire)
             || st.changes != st.scanned_changes
+            || MAPPING_EVENTS_WAITING.load(Ordering::Acquire)
             || recently_discarded(st, page)
             || st.saved.iter().any(|x| x.addr == page),
     ) else {
