@@ -181,11 +181,21 @@ fn a_terminal_gets_a_live_status_line() {
 
 #[test]
 fn sigint_to_huddle_reaches_the_program() {
-    // Sent with kill (not from a terminal, which would reach the program itself).
-    let child = huddle()
-        .args(["run", "--quiet", "--", "sleep", "30"])
-        .spawn()
-        .unwrap();
+    // Sent with kill (not from a terminal, which would reach the program itself). SIGINT
+    // back to its default first: a shell's background job ignores it, exec keeps an ignored
+    // signal ignored, and `sleep` would then outlive the forwarded SIGINT as it would
+    // without huddle (make test run from `nohup ... &` failed here for that reason).
+    use std::os::unix::process::CommandExt;
+    let mut c = huddle();
+    c.args(["run", "--quiet", "--", "sleep", "30"]);
+    // SAFETY: signal() is async-signal-safe, fit for the child between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let child = c.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
