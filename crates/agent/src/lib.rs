@@ -741,14 +741,7 @@ unsafe fn handle_during_fork(st: &State, m: &UffdMsg) -> bool {
         len: st.page,
     };
     if m.a0 & UFFD_PAGEFAULT_FLAG_WP != 0 {
-        let mut wp = UffdioWriteprotect { range, mode: 0 };
-        if uffd_ioctl(
-            st.uffd,
-            UFFDIO_WRITEPROTECT,
-            &mut wp as *mut _ as *mut c_void,
-        ) != 0
-            && errno() == libc::EAGAIN
-        {
+        if lift_write_protect(st, range) == Err(libc::EAGAIN) {
             return false;
         }
     } else if !zero_fill(st, page) {
@@ -759,6 +752,21 @@ unsafe fn handle_during_fork(st: &State, m: &UffdMsg) -> bool {
     let mut rg = range;
     uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
     true
+}
+
+/// Lifts the write protection of `range`; Err(errno) when the kernel refused (EAGAIN: a
+/// mapping change is pending, try again).
+unsafe fn lift_write_protect(st: &State, range: UffdioRange) -> Result<(), i32> {
+    let mut wp = UffdioWriteprotect { range, mode: 0 };
+    if uffd_ioctl(
+        st.uffd,
+        UFFDIO_WRITEPROTECT,
+        &mut wp as *mut _ as *mut c_void,
+    ) != 0
+    {
+        return Err(errno());
+    }
+    Ok(())
 }
 
 /// Handles one message (the caller holds the lock); false when it must be retried.
@@ -777,17 +785,12 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 if DROPPING.load(Ordering::Acquire) == page {
                     return true;
                 }
-                let mut wp = UffdioWriteprotect { range, mode: 0 };
-                if uffd_ioctl(
-                    st.uffd,
-                    UFFDIO_WRITEPROTECT,
-                    &mut wp as *mut _ as *mut c_void,
-                ) != 0
-                {
-                    if errno() == libc::EAGAIN {
-                        return false;
+                match lift_write_protect(st, range) {
+                    Ok(()) => {}
+                    Err(libc::EAGAIN) => return false,
+                    Err(_) => {
+                        view.header().errors.fetch_add(1, Ordering::Relaxed);
                     }
-                    view.header().errors.fetch_add(1, Ordering::Relaxed);
                 }
             } else {
                 // Missing: a page we dropped (put its contents back) or one never touched.

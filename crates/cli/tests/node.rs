@@ -229,16 +229,20 @@ fn a_job_directory_gets_its_page_with_advice_for_the_next_run() {
         "0,0,5000,0\n0,0,0,4000\n5000,0,0,0\n0,4000,0,0\n",
     )
     .unwrap();
-    let out = Command::new(HUDDLE)
-        .args(["report", dir.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    // `huddle report DIR`, then the page it wrote.
+    let render = || {
+        let out = Command::new(HUDDLE)
+            .args(["report", dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(dir.join("index.html")).unwrap()
+    };
+    let page = render();
     assert!(page.contains("huddle job: 2 nodes, 4 ranks seen"), "{page}");
     assert!(page.contains("hA") && page.contains("hB"));
     // What ran sends both pairs across; the advice keeps each pair on one node.
@@ -256,11 +260,6 @@ fn a_job_directory_gets_its_page_with_advice_for_the_next_run() {
     );
     // No matrix: the page still comes, without advice.
     std::fs::remove_file(dir.join("rank-matrix.csv")).unwrap();
-    let out = Command::new(HUDDLE)
-        .args(["report", dir.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let page = render();
     assert!(page.contains("No rank-matrix.csv") && page.contains("No advice"));
 }
