@@ -10,8 +10,37 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const REPS: usize = 5;
 const SECONDS: &str = "3";
+
+/// What a run measures. The defaults are `make bench`'s; bench/device sets them for a larger
+/// machine through MANAGER_REPS, MANAGER_TASKS, MANAGER_PATTERNS (a comma list of `pattern` or
+/// `pattern/processes`) and MANAGER_PARTS=0 (no parts section).
+struct Settings {
+    reps: usize,
+    tasks: usize,
+    patterns: Option<Vec<String>>,
+    parts: bool,
+}
+
+fn settings() -> Settings {
+    let number = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{name}={v}: not a number"))
+            })
+            .unwrap_or(default)
+    };
+    Settings {
+        reps: number("MANAGER_REPS", 5),
+        tasks: number("MANAGER_TASKS", 8),
+        patterns: std::env::var("MANAGER_PATTERNS")
+            .ok()
+            .map(|v| v.split(',').map(str::to_string).collect()),
+        parts: std::env::var("MANAGER_PARTS").map_or(true, |v| v != "0"),
+    }
+}
 
 fn huddle() -> PathBuf {
     std::env::var_os("HUDDLE")
@@ -186,6 +215,13 @@ fn main() {
     // huddle makes the output directories it is given, not their parents.
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let machine = topology::Machine::from_system().expect("this machine");
+    let counts = machine.counts();
+    let Settings {
+        reps,
+        tasks,
+        patterns,
+        parts,
+    } = settings();
     let target = Target::machine(machine.clone());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("## Manager: `huddle run` overhead and decision quality\n");
@@ -197,11 +233,25 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" ")
     );
+    let shape = if counts.l3 < 2 && counts.core == counts.pu {
+        "one L3 and one PU per core: every pair of cores shares the same cache level, so placement \
+         cannot change communication speed here"
+            .to_string()
+    } else {
+        format!(
+            "{} L3, {} cores: partners placed in one cache domain can talk faster",
+            counts.l3, counts.core
+        )
+    };
     println!(
-        "Each pattern runs {SECONDS} s with 8 tasks on this machine ({} PUs, one L3: every pair of PUs shares \
-         the same cache level, so placement cannot change communication speed here and 8 tasks \
-         oversubscribe 2 PUs). Plain and managed runs alternate; {REPS} pairs each.\n",
-        machine.num_pus()
+        "Each pattern runs {SECONDS} s with {tasks} tasks on this machine ({} PUs, {shape}{}). \
+         Plain and managed runs alternate; {reps} pairs each.\n",
+        machine.num_pus(),
+        if tasks > machine.num_pus() {
+            format!("; {tasks} tasks oversubscribe {} PUs", machine.num_pus())
+        } else {
+            String::new()
+        }
     );
     println!("- throughput ratio: median over pairs of (managed / plain) workload rounds per second. On 2 PUs the");
     println!("  managed run is also pinned, so this ratio mixes huddle's cost with the effect of pinning;");
@@ -238,16 +288,22 @@ fn main() {
     .iter()
     .map(|p| (*p, "threads"))
     .chain([("distant-pairs", "processes"), ("ring", "processes")])
+    .filter(|(p, m)| {
+        patterns.as_ref().is_none_or(|list| {
+            list.iter()
+                .any(|w| w == &format!("{p}/{m}") || (w == p && *m == "threads"))
+        })
+    })
     .collect();
     for &(pattern, mode) in &cases {
         let (mut plain, mut managed, mut ratios, mut cpu) = (vec![], vec![], vec![], vec![]);
         let mut qs: Vec<Quality> = Vec::new();
-        for rep in 0..REPS {
+        for rep in 0..reps {
             let p_out = dir.join(format!("{pattern}-{mode}-{rep}-plain"));
             let m_out = dir.join(format!("{pattern}-{mode}-{rep}-managed"));
             let r_out = dir.join(format!("{pattern}-{mode}-{rep}-report"));
-            let p = run_json(&workload_args(pattern, mode, 8, &p_out));
-            let args = managed_args(&r_out, workload_args(pattern, mode, 8, &m_out));
+            let p = run_json(&workload_args(pattern, mode, tasks, &p_out));
+            let args = managed_args(&r_out, workload_args(pattern, mode, tasks, &m_out));
             let m = run_json(&args);
             let tp = p["iterations_per_second_total"].as_f64().unwrap_or(0.0);
             let tm = m["iterations_per_second_total"].as_f64().unwrap_or(0.0);
@@ -304,16 +360,19 @@ fn main() {
     }
     println!("\nReading the table: `private` (no communication, so no remap and no pinning) is the control");
     println!("row. Where its throughput ratio is far from 1, the ratios of this run carry a bias that is not");
-    println!("placement (run order, other jobs on the 2 CPUs) and must not be read as speed-ups. A quality");
+    println!("placement (run order, other jobs on the CPUs) and must not be read as speed-ups. A quality");
     println!("below 1 means the live placement scores lower than `huddle map`'s: tasks left floating (see");
     println!("above), or a remap made while the workload's idle main thread was still mapped. huddle leaves a");
     println!("task out of the mapping once it used under 2 % of a CPU over a second; a remap before that (the");
-    println!("process patterns remap from 0.25 s) balances it too (9 tasks over the PUs), while the reference");
-    println!("maps the 8 workers alone and the ground truth scores only them.");
-    overhead_section(&dir, &cases);
-    println!("\nNot measured here: the end-to-end speed-up of placement over plain, compact and scatter runs");
-    println!("needs a machine with several cache domains; this VM has one L3 and no device machine was lent");
-    println!("to this session.");
+    println!("process patterns remap from 0.25 s) balances it too (the main thread with the workers), while");
+    println!("the reference maps the workers alone and the ground truth scores only them.");
+    if parts {
+        overhead_section(&dir, &cases);
+    }
+    if counts.l3 < 2 {
+        println!("\nNot measured here: the end-to-end speed-up of placement over plain runs needs a machine");
+        println!("with several cache domains; this machine has one L3.");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

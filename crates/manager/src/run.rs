@@ -378,6 +378,23 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, mut cfg: Config) ->
                 Verdict::Migrate {
                     gain: (cost_now - cost_new) / cost_now.max(1e-12),
                 }
+            } else if !proposal.self_judged
+                && cost_new <= cost_now * (1.0 + 1e-9)
+                && (cost_now - cost_new) < cfg.controller.threshold * cost_now
+                && crate::control::floating_to_pin(&masks, &proposal.slots, pus)
+            {
+                // Below the threshold the controller would keep them floating; pinned, they
+                // keep their caches ([`crate::control::floating_to_pin`]).
+                reason = format!(
+                    "{} busy tasks floated over the PUs: pinned one per PU at no more \
+                     communication cost ({})",
+                    live_idx.len(),
+                    proposal.reason
+                );
+                cfg.controller.accept(t, &cur_os);
+                Verdict::Migrate {
+                    gain: (cost_now - cost_new) / cost_now.max(1e-12),
+                }
             } else if !proposal.self_judged {
                 cfg.controller
                     .decide(t, &cur_os, cost_now, &new_os, cost_new, previous_cost)
@@ -590,10 +607,15 @@ pub fn signal_name(sig: i32) -> String {
 
 /// The expected communication cost of tasks that may each run anywhere in their mask: for
 /// each pair, the mean distance over the two masks, as if the scheduler spread each task
-/// uniformly over its mask. A task pinned to one PU has a one-PU mask, so for a pinned
-/// program this is the shared cost model's cost. The mean is computed once per distinct
-/// pair of masks (most unpinned tasks share one).
+/// uniformly over its mask. With no more tasks than PUs in their masks, the mean leaves out
+/// the pairs where both would share one PU: the scheduler does not stack two busy tasks while
+/// a PU is free, and counting that chance as cheap communication made floating look cheaper
+/// than any pinning (15/16 of it on 16 PUs; bench/device, 2026-11-25). A task pinned to one PU
+/// has a one-PU mask, so for a pinned program this is the shared cost model's cost. The mean
+/// is computed once per distinct pair of masks (most unpinned tasks share one).
 pub fn expected_cost(m: &CommMatrix, target: &Target, masks: &[Vec<usize>]) -> f64 {
+    let pus: std::collections::BTreeSet<usize> = masks.iter().flatten().copied().collect();
+    let spread = masks.len() <= pus.len();
     let mut cache: HashMap<(&[usize], &[usize]), f64> = HashMap::new();
     let mut total = 0.0;
     for i in 0..m.n() {
@@ -604,12 +626,23 @@ pub fn expected_cost(m: &CommMatrix, target: &Target, masks: &[Vec<usize>]) -> f
             }
             let key = (masks[i].as_slice(), masks[j].as_slice());
             let d = *cache.entry(key).or_insert_with(|| {
-                let pairs = key
-                    .0
-                    .iter()
-                    .flat_map(|&a| key.1.iter().map(move |&b| (a, b)));
-                let sum: f64 = pairs.map(|(a, b)| target.distance(a, b)).sum();
-                sum / (key.0.len() * key.1.len()) as f64
+                let all = || {
+                    key.0
+                        .iter()
+                        .flat_map(|&a| key.1.iter().map(move |&b| (a, b)))
+                };
+                let apart = all().filter(|(a, b)| a != b).count();
+                let (sum, count): (f64, usize) = if spread && apart > 0 {
+                    let sum = all()
+                        .filter(|(a, b)| a != b)
+                        .map(|(a, b)| target.distance(a, b))
+                        .sum();
+                    (sum, apart)
+                } else {
+                    let sum = all().map(|(a, b)| target.distance(a, b)).sum();
+                    (sum, key.0.len() * key.1.len())
+                };
+                sum / count as f64
             });
             total += w * d;
         }
@@ -797,11 +830,21 @@ mod tests {
         let mut m = CommMatrix::zeros(2);
         m.set(0, 1, 10.0);
         m.set(1, 0, 10.0);
-        // Pinned apart, pinned together, both floating over both PUs.
+        // Pinned apart, pinned together, both floating over both PUs: two busy tasks on two
+        // PUs run apart, as if pinned apart.
         assert_eq!(expected_cost(&m, &target, &[vec![0], vec![1]]), 10.0 * d);
         assert_eq!(expected_cost(&m, &target, &[vec![1], vec![1]]), 0.0);
         assert_eq!(
             expected_cost(&m, &target, &[vec![0, 1], vec![0, 1]]),
+            10.0 * d
+        );
+        // Three tasks on two PUs: two of them share a PU part of the time.
+        let mut three = CommMatrix::zeros(3);
+        three.set(0, 1, 10.0);
+        three.set(1, 0, 10.0);
+        let all = vec![0, 1];
+        assert_eq!(
+            expected_cost(&three, &target, &[all.clone(), all.clone(), all]),
             10.0 * d / 2.0
         );
         // Equal to the shared cost model for single-PU masks.
@@ -931,6 +974,39 @@ mod tests {
                 data.info.notes
             );
         }
+    }
+
+    /// Two busy partners floating over two PUs: no placement costs less, and they are
+    /// pinned one per PU all the same (control::floating_to_pin).
+    #[test]
+    fn floating_busy_partners_are_pinned_one_per_pu() {
+        let machine = Machine::from_system().unwrap();
+        assert!(
+            machine.allowed_pus().count() >= 2,
+            "needs two PUs (the test machine has two)"
+        );
+        let target = Target::machine(machine);
+        let mut children = Vec::new();
+        for _ in 0..2 {
+            children.push(
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        let mut m = CommMatrix::zeros(2);
+        m.set(0, 1, 500.0);
+        m.set(1, 0, 500.0);
+        let mut obs = Fixed::new(children, m);
+        let data = manage(&mut obs, &target, comm_config(1.0));
+        let pin = data
+            .decisions
+            .iter()
+            .find(|d| d.action == "migrate")
+            .unwrap_or_else(|| panic!("no migration: {:?}", data.decisions));
+        assert!(pin.reason.contains("floated"), "{pin:?}");
+        assert_ne!(pin.mapping[0], pin.mapping[1], "one per PU: {pin:?}");
     }
 
     #[test]
