@@ -70,7 +70,7 @@ pub struct Args {
     /// into the ranks, and the rank matrix goes to OUT.ranks.csv), faults otherwise
     #[arg(long, value_name = "SOURCE")]
     pub source: Option<String>,
-    /// Sharer-table slots (power of two; 24 bytes each)
+    /// Sharer-table slots (power of two; 40 bytes each)
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     pub table_slots: usize,
     /// The program and its arguments
@@ -169,7 +169,7 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-/// Sharer-table slots: a power of two from 1024, whose table (24 bytes a slot) fits in a
+/// Sharer-table slots: a power of two from 1024, whose table (`SLOT_BYTES` a slot) fits in a
 /// quarter of the machine's memory.
 fn check_table_slots(slots: usize) -> anyhow::Result<()> {
     let mem = std::fs::read_to_string("/proc/meminfo")
@@ -180,11 +180,12 @@ fn check_table_slots(slots: usize) -> anyhow::Result<()> {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         })
         .map_or(u64::MAX, |kib| kib * 1024);
-    let most = (mem / 4 / 24).min(1 << 40);
+    let most = (mem / 4 / detect::sharers::SLOT_BYTES as u64).min(1 << 40);
     if !slots.is_power_of_two() || slots < 1024 || slots as u64 > most {
         return Err(bad_input(format!(
-            "--table-slots {slots}: must be a power of two from 1024 to {} (24 bytes each, at most a quarter of this machine's memory)",
-            1u64 << (63 - most.leading_zeros())
+            "--table-slots {slots}: must be a power of two from 1024 to {} ({} bytes each, at most a quarter of this machine's memory)",
+            1u64 << (63 - most.leading_zeros()),
+            detect::sharers::SLOT_BYTES
         )));
     }
     Ok(())

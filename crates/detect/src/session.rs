@@ -73,7 +73,7 @@ pub struct AgentConfig {
 pub struct Config {
     /// Bytes per memory block (power of two; CDSM: 256).
     pub block_size: u64,
-    /// Sharer-table slots (power of two; 24 bytes each).
+    /// Sharer-table slots (power of two; `sharers::SLOT_BYTES` each).
     pub table_slots: usize,
     /// Data pages per CPU ring buffer (power of two).
     pub ring_pages: usize,

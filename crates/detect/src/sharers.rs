@@ -27,6 +27,9 @@ struct Slot {
     seen: [u32; WAYS],
 }
 
+/// Bytes per slot of the table.
+pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+
 pub struct SharerTable {
     slots: Vec<Slot>,
     mask: u64,
