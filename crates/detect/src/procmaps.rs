@@ -16,6 +16,18 @@ pub struct Vma {
     pub path: String,
 }
 
+impl Vma {
+    /// Private, writable, anonymous (heap or an anonymous mmap): memory one process owns,
+    /// which page moves may follow. Stacks and file-backed or shared mappings are not.
+    pub fn private_anon(&self) -> bool {
+        self.read
+            && self.write
+            && !self.shared
+            && self.inode == 0
+            && (self.path.is_empty() || self.path == "[heap]")
+    }
+}
+
 /// Parses the text of a maps file; malformed lines are skipped (the file is the kernel's).
 pub fn parse(text: &str) -> Vec<Vma> {
     let mut out: Vec<Vma> = text.lines().filter_map(parse_line).collect();
@@ -87,6 +99,29 @@ garbage line
         assert_eq!(
             find(&v, 0x7ffc00000010).map(|x| x.path.as_str()),
             Some("[stack]")
+        );
+    }
+
+    #[test]
+    fn private_anon_is_heap_and_anonymous_only() {
+        let text = format!(
+            "{SAMPLE}\
+55d0c1000000-55d0c1100000 rw-p 00000000 00:00 0 [heap]
+7f0000400000-7f0000500000 r--p 00000000 00:00 0
+7f0000600000-7f0000700000 rw-p 00001000 fd:01 1311 /usr/bin/prog
+"
+        );
+        let ranges: Vec<(u64, u64)> = parse(&text)
+            .iter()
+            .filter(|v| v.private_anon())
+            .map(|v| (v.start, v.end))
+            .collect();
+        assert_eq!(
+            ranges,
+            [
+                (0x55d0c1000000, 0x55d0c1100000),
+                (0x7f0000200000, 0x7f0000300000)
+            ]
         );
     }
 

@@ -139,26 +139,11 @@ pub struct PageMove {
 /// Private, writable, anonymous ranges of a process (heap, anonymous mmaps): the memory a
 /// task owns and that should follow it. Shared and file-backed ranges are left alone.
 pub fn private_ranges(pid: u32) -> Vec<(u64, u64)> {
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    maps.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let range = f.next()?;
-            let perms = f.next()?;
-            let (_off, _dev, inode) = (f.next()?, f.next()?, f.next()?);
-            let path = f.next().unwrap_or("");
-            let anon = inode == "0" && (path.is_empty() || path == "[heap]");
-            if !(perms.starts_with("rw") && perms.ends_with('p') && anon) {
-                return None;
-            }
-            let (a, b) = range.split_once('-')?;
-            Some((
-                u64::from_str_radix(a, 16).ok()?,
-                u64::from_str_radix(b, 16).ok()?,
-            ))
-        })
+    detect::procmaps::read(pid)
+        .unwrap_or_default()
+        .iter()
+        .filter(|v| v.private_anon())
+        .map(|v| (v.start, v.end))
         .collect()
 }
 
