@@ -1,8 +1,8 @@
 //! `huddle detect`: run a program under communication detection and write its matrix,
 //! task table and periodic snapshots (CSV and JSON; schema in docs/detect.md).
 
-use crate::exit::{bad_input, Exit};
-use detect::{AgentConfig, Config, DetectError, Granularity, Session, Target};
+use crate::exit::{bad_input, start_error};
+use detect::{AgentConfig, Config, Granularity, Session, Target};
 use manager::mpi::{MpiTraffic, SourceMode};
 use serde::Serialize;
 use std::ffi::OsString;
@@ -296,20 +296,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         args: rest.to_vec(),
     };
     let mut s = Session::start(target, &cfg)
-        .map_err(|e| match e {
-            DetectError::CommandNotFound(_) => Exit {
-                code: 127,
-                message: e.to_string(),
-            }
-            .into(),
-            DetectError::Exec { .. } => Exit {
-                code: 126,
-                message: e.to_string(),
-            }
-            .into(),
-            DetectError::BlockSize(_) => bad_input(e),
-            other => anyhow::Error::new(other),
-        })
+        .map_err(start_error)
         .map_err(discard)?;
     for src in s.sources().iter().filter(|x| !x.active) {
         eprintln!("huddle: {}: {}", src.name, src.note);

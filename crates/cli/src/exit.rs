@@ -29,6 +29,23 @@ pub fn bad_input(e: impl fmt::Display) -> anyhow::Error {
     .into()
 }
 
+/// Why a program could not be started, with the codes a shell gives: 127 not found, 126
+/// found but not executable; a bad block size is bad input.
+pub fn start_error(e: detect::DetectError) -> anyhow::Error {
+    use detect::DetectError as E;
+    let code = match e {
+        E::CommandNotFound(_) => 127,
+        E::Exec { .. } => 126,
+        E::BlockSize(_) => return bad_input(e),
+        other => return anyhow::Error::new(other),
+    };
+    Exit {
+        code,
+        message: e.to_string(),
+    }
+    .into()
+}
+
 /// Prints the error (one line, with its causes joined) and gives the exit code.
 pub fn report(result: anyhow::Result<i32>) -> i32 {
     match result {

@@ -308,7 +308,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     detect::signals::install_pause();
     crate::agent::remove_leftovers();
     let (program, rest) = args.command.split_first().expect("clap requires a command");
-    // A missing program is reported by the session below (exit 127).
+    // A missing program is reported by the session below (exit 127, or 126 if not executable).
     if args.common.policy == "simmer" && detect::resolve_program(program).is_some() {
         crate::agent::preload(&crate::agent::pmpi_library(program).map_err(bad_input)?);
     }
@@ -340,15 +340,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         },
         &detect_config(&args.common, !args.no_agent),
     )
-    .map_err(|e| match e {
-        detect::DetectError::CommandNotFound(_) => crate::exit::Exit {
-            code: 127,
-            message: e.to_string(),
-        }
-        .into(),
-        detect::DetectError::BlockSize(_) => bad_input(e),
-        other => anyhow::Error::new(other),
-    })
+    .map_err(crate::exit::start_error)
     .map_err(discard)?;
     run::install_signal_forwarding();
     let command = args

@@ -87,6 +87,16 @@ fn a_missing_command_is_127_with_a_message() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
+/// As a shell and `huddle detect` say it: 126 for a program that is there but cannot run.
+#[test]
+fn a_program_that_cannot_be_executed_is_126_with_a_message() {
+    let out = run(&["run", "--quiet", "--", "/etc/hostname"]);
+    assert_eq!(out.status.code(), Some(126));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/etc/hostname: cannot execute"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
 /// The report directory is checked before the program starts (tests/outputs.rs); one that
 /// goes away during the run costs the report, not the program's status.
 #[test]
