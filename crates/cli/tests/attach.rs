@@ -3,12 +3,10 @@
 //! on with the same output, and has the affinity masks it had before huddle came.
 
 mod common;
-use common::Scratch;
+use common::{wait_for, Scratch, HUDDLE};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const HUDDLE: &str = env!("CARGO_BIN_EXE_huddle");
 
 /// A program that is not huddle's: a shell loop appending 1, 2, 3, ... to a file, with the
 /// default reaction to every signal (SIGINT, SIGTERM, SIGHUP end it), and a new `sleep`
@@ -105,21 +103,6 @@ enum LetGo {
     Timeout,
     /// `--seconds 2`.
     Seconds,
-}
-
-/// Waits for huddle with a deadline; kills it and fails the test if it hangs.
-fn wait_for(child: &mut Child, limit: Duration) -> ExitStatus {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            panic!("huddle did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Attaches to the counter (static:compact pins it at once), waits until huddle pinned it,

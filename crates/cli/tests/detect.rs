@@ -2,7 +2,7 @@
 //! `cargo build -p agent`, which `make test` and `cargo test --workspace` do).
 
 mod common;
-use common::Scratch;
+use common::{json_file, Scratch};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,11 +23,6 @@ fn agent() -> PathBuf {
 
 fn tmp(name: &str) -> Scratch {
     Scratch::new("detect-test", name)
-}
-
-fn json(p: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    serde_json::from_str(&text).expect("valid JSON")
 }
 
 fn detect(dir: &Path, extra: &[&str], cmd: &[&str]) -> std::process::Output {
@@ -117,7 +112,7 @@ fn distant_pairs_scoped(mode: &str, scope: Option<&str>) {
         "stderr: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let doc = json(&d.join("m.json"));
+    let doc = json_file(&d.join("m.json"));
     // Per-task events when asked for, or without the privilege for system-wide ones.
     let privileged = unsafe { libc::geteuid() } == 0
         || std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
@@ -135,7 +130,7 @@ fn distant_pairs_scoped(mode: &str, scope: Option<&str>) {
         .and_then(|s| s["note"].as_str())
         .unwrap_or_default();
     assert!(note.contains(want), "perf source note: {note}");
-    let wl = json(&wl_dir.join("workload.json"));
+    let wl = json_file(&wl_dir.join("workload.json"));
     assert_eq!(
         wl["read_errors"].as_u64(),
         Some(0),
@@ -218,8 +213,8 @@ fn same_checksum(mode: &str) {
         "stderr: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let a = json(&plain.join("workload.json"));
-    let b = json(&watched.join("workload.json"));
+    let a = json_file(&plain.join("workload.json"));
+    let b = json_file(&watched.join("workload.json"));
     assert_eq!(a["checksum"], b["checksum"]);
     assert_eq!(b["read_errors"].as_u64(), Some(0));
 }
@@ -306,7 +301,7 @@ fn agent_keeps_memory_intact_with(saved_by: &str, agent_copy: Option<&str>) {
         o.status.success() && out.contains("all checks held"),
         "{out}{err}"
     );
-    let stats = &json(&d.join("m.json"))["stats"];
+    let stats = &json_file(&d.join("m.json"))["stats"];
     assert!(
         stats["rearmed_private"].as_u64().unwrap_or(0) > 100,
         "the agent dropped pages: {stats}"
@@ -346,7 +341,7 @@ fn a_mapping_made_later_is_rearmed() {
     let bin = compile_c(&d, "late_mapping");
     let o = detect(&d, &[], &[bin.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stats = &json(&d.join("m.json"))["stats"];
+    let stats = &json_file(&d.join("m.json"))["stats"];
     assert!(
         stats["rearmed_shared"].as_u64().unwrap_or(0) > 0,
         "the late shared mapping was re-armed: {stats}"
@@ -375,7 +370,7 @@ fn sigusr1_pauses_rearming_and_sigusr2_resumes_it() {
             unsafe { libc::kill(child.id() as i32, sig) };
         }
         assert!(child.wait().expect("huddle exits").success());
-        let stats = &json(&d.join(format!("{name}.json")))["stats"];
+        let stats = &json_file(&d.join(format!("{name}.json")))["stats"];
         stats["rearmed_private"].as_u64().expect("rearmed_private")
     };
     // Paused from 0.5 s to the end (3 s and more), against paused from 0.5 s to 1.5 s.
@@ -411,7 +406,7 @@ fn the_rearm_rate_drops_with_the_floor_while_the_pattern_holds() {
             .output()
             .expect("huddle runs");
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let stats = json(&d.join(format!("{steady}.json")))["stats"].clone();
+        let stats = json_file(&d.join(format!("{steady}.json")))["stats"].clone();
         let pages = stats["rearmed_private"].as_u64().expect("rearmed_private")
             + stats["rearmed_shared"].as_u64().expect("rearmed_shared");
         (pages, stats)
@@ -461,7 +456,7 @@ fn crashing_target_still_writes_the_matrix_and_passes_its_status_on() {
         m.total() > 0.0,
         "and what they communicated before the crash"
     );
-    let doc = json(&d.join("m.json"));
+    let doc = json_file(&d.join("m.json"));
     assert_eq!(doc["exit_status"].as_i64(), Some(139));
 }
 

@@ -2,12 +2,10 @@
 //! what a killed one left (its agents' ring files), never what a live one still uses.
 
 mod common;
-use common::Scratch;
+use common::{Scratch, HUDDLE};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const HUDDLE: &str = env!("CARGO_BIN_EXE_huddle");
 
 /// huddle with its temporary directory (where the agents' rings go) set to `tmp`.
 fn huddle_in(tmp: &Path) -> Command {

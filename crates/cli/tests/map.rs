@@ -1,31 +1,15 @@
 //! `huddle map` end to end: the done-when check, output formats, the advisor, bad input.
 
 mod common;
-use common::Scratch;
+use common::{huddle, json, Scratch};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn huddle(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_huddle"))
-        .args(args)
-        .output()
-        .expect("huddle runs")
-}
+use std::process::Output;
 
 fn shared(rel: &str) -> String {
     let base = std::env::var_os("HUDDLE_SHARED")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
     base.join(rel).display().to_string()
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("valid JSON")
 }
 
 fn cg32_on_xeon(extra: &[&str]) -> Output {

@@ -5,12 +5,11 @@
 //! (With real MPI ranks on two hosts: tests/node-managers.sh.)
 
 mod common;
-use common::Scratch;
+use common::{Scratch, HUDDLE};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const HUDDLE: &str = env!("CARGO_BIN_EXE_huddle");
 /// Where a slot's host name starts (include/huddle/board.h, HOSTNAME_OFFSET).
 const HOSTNAME_OFFSET: usize = 152;
 

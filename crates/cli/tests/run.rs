@@ -2,7 +2,7 @@
 //! permissions, and that a managed program computes the same result.
 
 mod common;
-use common::Scratch;
+use common::{json_file, wait_for, Scratch};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -36,21 +36,6 @@ fn managed_workload(run_args: &[&str], report: &Path, workload: &[&str], out: &P
 
 fn scratch(name: &str) -> Scratch {
     Scratch::new("run-test", name)
-}
-
-/// Waits for a child with a deadline; kills it and fails the test if it hangs.
-fn wait_for(mut child: std::process::Child, limit: Duration) -> std::process::ExitStatus {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            panic!("huddle did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn alive(pid: i32) -> bool {
@@ -147,7 +132,7 @@ fn bad_options_are_exit_2() {
 
 #[test]
 fn sigterm_to_huddle_reaches_the_program() {
-    let child = huddle()
+    let mut child = huddle()
         .args(["run", "--quiet", "--", "sleep", "30"])
         .spawn()
         .unwrap();
@@ -155,7 +140,7 @@ fn sigterm_to_huddle_reaches_the_program() {
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let st = wait_for(child, Duration::from_secs(20));
+    let st = wait_for(&mut child, Duration::from_secs(20));
     assert_eq!(
         st.code(),
         Some(128 + libc::SIGTERM),
@@ -205,11 +190,11 @@ fn sigint_to_huddle_reaches_the_program() {
             Ok(())
         });
     }
-    let child = c.spawn().unwrap();
+    let mut child = c.spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let st = wait_for(child, Duration::from_secs(20));
+    let st = wait_for(&mut child, Duration::from_secs(20));
     assert_eq!(
         st.code(),
         Some(128 + libc::SIGINT),
@@ -253,16 +238,11 @@ fn descendants(pid: u32) -> Vec<u32> {
     out
 }
 
-fn json_file(path: PathBuf) -> serde_json::Value {
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
 /// The agent's ring files live in a private directory: 0700, files 0600.
 #[test]
 fn the_agents_files_are_private() {
     let dir = scratch("agent-files");
-    let child = huddle()
+    let mut child = huddle()
         .env("XDG_RUNTIME_DIR", &*dir)
         .args(["run", "--quiet", "--", "sleep", "1.5"])
         .spawn()
@@ -290,7 +270,7 @@ fn the_agents_files_are_private() {
         "no agent ring file appeared in {}",
         dir.display()
     );
-    assert!(wait_for(child, Duration::from_secs(20)).success());
+    assert!(wait_for(&mut child, Duration::from_secs(20)).success());
 }
 
 /// attach follows the process and every process below it (as it would an mpirun and its
@@ -343,7 +323,7 @@ fn attach_follows_a_process_tree_inside_its_cpus() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let tasks = json_file(report.join("tasks.json"));
+    let tasks = json_file(&report.join("tasks.json"));
     let pids: Vec<u64> = tasks
         .as_array()
         .unwrap()
@@ -356,11 +336,11 @@ fn attach_follows_a_process_tree_inside_its_cpus() {
             "process {r} of the tree is a task: {pids:?}"
         );
     }
-    let info = json_file(report.join("run.json"));
+    let info = json_file(&report.join("run.json"));
     assert_eq!(info["allowed_pus"], serde_json::json!([cpu]), "{info}");
     // Scatter spreads the tasks over every allowed CPU: here only the program's own, where
     // taskset put them already (so the placement is live and nothing moves).
-    let decisions = json_file(report.join("decisions.json"));
+    let decisions = json_file(&report.join("decisions.json"));
     let first = decisions
         .as_array()
         .unwrap()
@@ -392,7 +372,7 @@ fn attach_follows_a_process_tree_inside_its_cpus() {
 fn a_program_killed_while_managed_gives_its_status_and_a_report() {
     let dir = scratch("killed");
     let report = dir.join("r");
-    let child = managed_workload(
+    let mut child = managed_workload(
         &[],
         &report,
         &["ring", "--threads", "4", "--seconds", "30"],
@@ -408,9 +388,9 @@ fn a_program_killed_while_managed_gives_its_status_and_a_report() {
         // SAFETY: killing processes this test started.
         unsafe { libc::kill(*p as i32, libc::SIGKILL) };
     }
-    let st = wait_for(child, Duration::from_secs(20));
+    let st = wait_for(&mut child, Duration::from_secs(20));
     assert_eq!(st.code(), Some(128 + libc::SIGKILL));
-    let info = json_file(report.join("run.json"));
+    let info = json_file(&report.join("run.json"));
     assert_eq!(info["exit_signal"], 9, "{info}");
     assert!(report.join("index.html").exists());
 }
@@ -422,7 +402,7 @@ fn tasks_that_end_before_they_are_pinned_are_harmless() {
     let dir = scratch("churn");
     let report = dir.join("r");
     let script = "i=0; while [ $i -lt 150 ]; do sleep 0.01 & i=$((i+1)); [ $((i % 10)) -eq 0 ] && wait; done; wait";
-    let child = huddle()
+    let mut child = huddle()
         .args([
             "run",
             "--quiet",
@@ -434,9 +414,9 @@ fn tasks_that_end_before_they_are_pinned_are_harmless() {
         .args(["--", "sh", "-c", script])
         .spawn()
         .unwrap();
-    let st = wait_for(child, Duration::from_secs(60));
+    let st = wait_for(&mut child, Duration::from_secs(60));
     assert_eq!(st.code(), Some(0));
-    let info = json_file(report.join("run.json"));
+    let info = json_file(&report.join("run.json"));
     assert_eq!(
         info["notes"].as_array().map(|n| n
             .iter()
@@ -445,7 +425,7 @@ fn tasks_that_end_before_they_are_pinned_are_harmless() {
         Some(0),
         "{info}"
     );
-    let decisions = json_file(report.join("decisions.json"));
+    let decisions = json_file(&report.join("decisions.json"));
     let pins = decisions
         .as_array()
         .unwrap()
@@ -493,8 +473,8 @@ fn a_detected_program_is_remapped_so_partners_share_a_pu() {
         .iter()
         .map(|t| t.as_u64().unwrap())
         .collect();
-    let tasks = json_file(report.join("tasks.json"));
-    let decisions = json_file(report.join("decisions.json"));
+    let tasks = json_file(&report.join("tasks.json"));
+    let decisions = json_file(&report.join("decisions.json"));
     let last = decisions
         .as_array()
         .unwrap()
@@ -528,7 +508,7 @@ fn a_detected_program_is_remapped_so_partners_share_a_pu() {
 fn sigusr1_pauses_extra_faults_and_sigusr2_resumes_them() {
     let d = scratch("pause");
     let report = d.join("report");
-    let child = managed_workload(
+    let mut child = managed_workload(
         &["--rearm-floor", "1000", "--steady-floor", "1000"],
         &report,
         &["ring", "--threads", "2", "--seconds", "5"],
@@ -542,7 +522,7 @@ fn sigusr1_pauses_extra_faults_and_sigusr2_resumes_them() {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(pid, sig) };
     }
-    let st = wait_for(child, Duration::from_secs(60));
+    let st = wait_for(&mut child, Duration::from_secs(60));
     assert_eq!(st.code(), Some(0), "huddle and the workload went on");
     let text = std::fs::read_to_string(report.join("samples.json")).expect("samples.json");
     let samples: serde_json::Value = serde_json::from_str(&text).expect("JSON");
@@ -572,14 +552,14 @@ fn the_program_survives_when_huddle_is_killed() {
     let dir = scratch("survive");
     let flag = dir.join("done");
     let script = format!("sleep 1.5; echo finished > {}", flag.display());
-    let child = huddle()
+    let mut child = huddle()
         .args(["run", "--quiet", "--", "sh", "-c", &script])
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(400));
     // SAFETY: killing our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    wait_for(child, Duration::from_secs(5));
+    wait_for(&mut child, Duration::from_secs(5));
     // The shell creates the file before echo writes into it: wait for the contents.
     let end = Instant::now() + Duration::from_secs(20);
     let read = || std::fs::read_to_string(&flag).unwrap_or_default();

@@ -1,22 +1,7 @@
 //! `huddle topo` end to end: the acceptance checks and bad input.
 
-use std::process::{Command, Output};
-
-fn huddle(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_huddle"))
-        .args(args)
-        .output()
-        .expect("huddle runs")
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("valid JSON")
-}
+mod common;
+use common::{huddle, json};
 
 #[test]
 fn synthetic_json_reports_the_documented_counts() {

@@ -1,25 +1,8 @@
 //! `huddle workload` end to end: files, JSON summary, determinism, bad input.
 
 mod common;
-use common::Scratch;
+use common::{huddle, json, Scratch};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn huddle(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_huddle"))
-        .args(args)
-        .output()
-        .expect("huddle runs")
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("valid JSON")
-}
 
 fn tmp(name: &str) -> Scratch {
     Scratch::unmade("wl", name)

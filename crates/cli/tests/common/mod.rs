@@ -3,6 +3,49 @@
 
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output};
+use std::time::{Duration, Instant};
+
+pub const HUDDLE: &str = env!("CARGO_BIN_EXE_huddle");
+
+/// Runs huddle with `args` to the end.
+pub fn huddle(args: &[&str]) -> Output {
+    Command::new(HUDDLE)
+        .args(args)
+        .output()
+        .expect("huddle runs")
+}
+
+/// The JSON huddle printed; its stderr if it failed.
+pub fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+/// The JSON in file `p`.
+pub fn json_file(p: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+/// Waits for huddle with a deadline; kills it and fails the test if it hangs.
+pub fn wait_for(child: &mut Child, limit: Duration) -> ExitStatus {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("huddle did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// A scratch directory of one test under the system temp directory: emptied at creation,
 /// removed when the test passes, kept when it fails (to look at what the run left).
