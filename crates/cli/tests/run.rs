@@ -75,10 +75,15 @@ fn a_missing_command_is_127_with_a_message() {
 /// As a shell and `huddle detect` say it: 126 for a program that is there but cannot run.
 #[test]
 fn a_program_that_cannot_be_executed_is_126_with_a_message() {
-    let out = run(&["run", "--quiet", "--", "/etc/hostname"]);
+    // A file that is there but has no execute permission (mode 0644).
+    let dir = scratch("not-executable");
+    let file = dir.join("data.txt");
+    std::fs::write(&file, "not a program\n").unwrap();
+    let path = file.display().to_string();
+    let out = run(&["run", "--quiet", "--", &path]);
     assert_eq!(out.status.code(), Some(126));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("/etc/hostname: cannot execute"), "{err}");
+    assert!(err.contains(&format!("{path}: cannot execute")), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
