@@ -874,20 +874,25 @@ mod tests {
             .collect()
     }
 
+    /// `n` busy child processes (a shell loop each).
+    fn spinners(n: usize) -> Vec<Child> {
+        (0..n)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect()
+    }
+
     #[test]
     fn idle_tasks_are_left_out_of_the_mapping() {
         let machine = Machine::from_system().unwrap();
         let target = Target::machine(machine);
         // Task 0 sleeps (a launcher waiting for its workers); tasks 1 and 2 run.
         let mut children = sleepers(1);
-        for _ in 0..2 {
-            children.push(
-                Command::new("sh")
-                    .args(["-c", "while :; do :; done"])
-                    .spawn()
-                    .unwrap(),
-            );
-        }
+        children.extend(spinners(2));
         // The sleeper has the heaviest traffic (it initialised everyone's memory).
         let mut m = CommMatrix::zeros(3);
         for (a, b, w) in [(0, 1, 500.0), (0, 2, 500.0), (1, 2, 100.0)] {
@@ -986,15 +991,7 @@ mod tests {
             "needs two PUs (the test machine has two)"
         );
         let target = Target::machine(machine);
-        let mut children = Vec::new();
-        for _ in 0..2 {
-            children.push(
-                Command::new("sh")
-                    .args(["-c", "while :; do :; done"])
-                    .spawn()
-                    .unwrap(),
-            );
-        }
+        let children = spinners(2);
         let mut m = CommMatrix::zeros(2);
         m.set(0, 1, 500.0);
         m.set(1, 0, 500.0);
