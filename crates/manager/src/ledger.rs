@@ -263,7 +263,10 @@ mod tests {
         let Some((a, b)) = two_cpus() else {
             panic!("needs two CPUs (the test machine has two)");
         };
-        let p = spawn("sleep 30");
+        // `sleep` itself, not through sh: a shell slow to start under load forked its
+        // `sleep` after the pinning, which inherited huddle's mask and was rightly put back
+        // (restore counted 1 thread; seen twice while other tests ran).
+        let p = Kill(Command::new("sleep").arg("30").spawn().unwrap());
         let id = p.0.id();
         let mut ledger = Ledger::attached(id);
         ledger.pin_thread(id, id, &[a]).unwrap();
