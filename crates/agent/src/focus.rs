@@ -17,6 +17,14 @@
 //! pages, the edge between two tasks' data, are probed as above. A block edge is found in
 //! log2(distance) probes.
 //!
+//! Which of the two searches gets the budget depends on what probes find (`Outcomes`). While
+//! under one probe in 16 finds a page shared, sharing is rare and lies at block edges: probes
+//! and bisection steps then take turns (otherwise the probes of every uniform sample crowd
+//! the steps out and they go stale), and each page of an edge gets EDGE_TRIES probes. While
+//! probes do find sharing (heap buffers read whole by another task), all due pages are served
+//! longest due first: there the steps only split buffers both sides share anyway, and taking
+//! turns cost bench/detect's 32-thread pipeline and master-worker about 0.08 of r.
+//!
 //! The re-arm thread gives at most half of each tick's budget to due pages, the rest stays
 //! uniform. Pure bookkeeping (no system calls), under the agent's lock.
 
@@ -33,20 +41,54 @@ const MAX_TIDS: usize = 2;
 const KNOWN: usize = 1024;
 const KNOWN_MAX_AGE_NS: u64 = 10_000_000_000;
 const MAX_GAP: u64 = 1 << 30;
-/// The page across an edge is probed again after this long only.
+/// An edge page is probed again after this long only, and this many are remembered.
 const EDGE_RECHECK_NS: u64 = 1_000_000_000;
+const EDGES: usize = 64;
 const PAGE: u64 = 4096;
 const SAME_TO_DEMOTE: u8 = 8;
 /// Probes of a page that one task faulted on before leave after this many faults by that
 /// task again: a page two tasks take turns on shows the other one within two probes three
 /// times in four.
 const PROBE_TRIES: u8 = 2;
+/// The two pages either side of an edge between two tasks' blocks get more: in a halo
+/// exchange the owner touches its edge page in every sweep and the neighbour in every
+/// other, so the neighbour comes first after a re-arm about one time in two on one side of
+/// the edge and hardly ever on the other.
+const EDGE_TRIES: u8 = 8;
 const MAX_PROBES: usize = ENTRIES / 8;
 /// Pages kept in focus per pair of tasks: every pair that shares gets re-armed about as
 /// often, instead of the first pair found taking the whole table (a pipeline's stages
 /// share thousands of pages each).
 const PER_PAIR: usize = 8;
 const MAX_STEPS: usize = ENTRIES / 4;
+
+/// Outcomes of the last probes (halved every OUTCOMES_WINDOW): while probes rarely find a
+/// page shared, few pages are (a halo among thousands of private pages) and the edges
+/// between the tasks' blocks are where to look; while they often do, sharing is spread
+/// over many pages and the probes find it faster than bisection.
+#[derive(Clone, Copy, Default)]
+struct Outcomes {
+    done: u32,
+    shared: u32,
+}
+
+const OUTCOMES_WINDOW: u32 = 64;
+
+impl Outcomes {
+    fn done(&mut self, shared: bool) {
+        self.done += 1;
+        self.shared += shared as u32;
+        if self.done >= OUTCOMES_WINDOW {
+            self.done /= 2;
+            self.shared /= 2;
+        }
+    }
+
+    /// Under one probe in 16 found a page shared (over at least 16 probes).
+    fn searching(&self) -> bool {
+        self.done >= 16 && self.shared * 16 < self.done
+    }
+}
 
 #[derive(Clone, Copy, Default)]
 struct Entry {
@@ -62,6 +104,8 @@ struct Entry {
     last: u32,
     /// Faults in a row by `last`.
     same: u8,
+    /// Faults in a row by the one task seen so far after which the page leaves.
+    tries: u8,
 }
 
 /// All-zero is an empty table (it lives in the agent's zeroed State mapping).
@@ -70,6 +114,11 @@ pub struct Focus {
     /// (page, task, when) of recent faults; page 0: free.
     known: [(u64, u32, u64); KNOWN],
     known_next: usize,
+    /// How often probes found a page shared, lately.
+    probes: Outcomes,
+    /// Pages lately made edge probes, and when.
+    edges: [(u64, u64); EDGES],
+    edges_next: usize,
     /// Pages seen shared (two tasks or more) so far, and re-arms given to due pages.
     pub found_shared: u64,
     pub rearms: u64,
@@ -85,7 +134,7 @@ impl Focus {
     fn track(&mut self, page: u64, tid: u32, now: u64) {
         let Some(k) = self.entries.iter().position(|e| e.page == page) else {
             // A uniform sample: probe it once more.
-            self.add(page, now + PROBE_DELAY_NS, Some(tid));
+            self.add(page, now + PROBE_DELAY_NS, Some(tid), PROBE_TRIES);
             return;
         };
         let e = &mut self.entries[k];
@@ -97,7 +146,10 @@ impl Focus {
             e.due = now + PROBE_DELAY_NS;
         } else if tid == e.last {
             e.same += 1;
-            if (e.ntids == 1 && e.same >= PROBE_TRIES) || e.same >= SAME_TO_DEMOTE {
+            if (e.ntids == 1 && e.same >= e.tries) || e.same >= SAME_TO_DEMOTE {
+                if e.ntids == 1 {
+                    self.probes.done(false);
+                }
                 e.page = 0;
             }
         } else {
@@ -110,6 +162,9 @@ impl Focus {
                 }
                 e.tids[e.ntids as usize] = tid;
                 e.ntids += 1;
+                if e.ntids == 2 {
+                    self.probes.done(true);
+                }
                 self.found_shared += 1;
                 let pair = e.tids;
                 let same_pair = |e: &Entry| {
@@ -150,23 +205,48 @@ impl Focus {
             }
             let gap = q.abs_diff(page);
             if gap == PAGE {
-                // The edge: the other side's page gets probed too, unless it just was (it
-                // is in the table then, or was found not shared: no ping-pong between them).
-                if now.saturating_sub(at) > EDGE_RECHECK_NS {
-                    self.add(q, now, None);
+                if self.probes.searching() {
+                    // Each side of the edge is probed EDGE_TRIES times, at most once per
+                    // EDGE_RECHECK_NS (a fault on one side finds the other again and again).
+                    for p in [page, q] {
+                        if self.new_edge(p, now) {
+                            match self.entries.iter_mut().find(|e| e.page == p) {
+                                Some(e) => e.tries = e.tries.max(EDGE_TRIES),
+                                None => self.add(p, now, None, EDGE_TRIES),
+                            }
+                        }
+                    }
+                } else if now.saturating_sub(at) > EDGE_RECHECK_NS {
+                    // The other side's page is probed too, unless it just was (it is in the
+                    // table then, or was found not shared: no ping-pong between them).
+                    self.add(q, now, None, PROBE_TRIES);
                 }
             } else if gap <= MAX_GAP {
                 let mid = (q.min(page) + gap / 2) & !(PAGE - 1);
-                self.add(mid, now, None);
+                self.add(mid, now, None, PROBE_TRIES);
             }
         }
+    }
+
+    /// Whether `page` was not made an edge probe within EDGE_RECHECK_NS; remembers it.
+    fn new_edge(&mut self, page: u64, now: u64) -> bool {
+        if self
+            .edges
+            .iter()
+            .any(|&(p, at)| p == page && now.saturating_sub(at) <= EDGE_RECHECK_NS)
+        {
+            return false;
+        }
+        self.edges_next = (self.edges_next + 1) % EDGES;
+        self.edges[self.edges_next] = (page, now);
+        true
     }
 
     /// A new entry for `page` due at `due` (nothing when the page has one or the table is
     /// full). Probes of single samples (`tid` given) and bisection steps are bounded, so that
     /// pages found shared keep most of the table and the budget is not spent on waiting
     /// lists: at the steady 75 pages/s, 64 probes are under a second's work.
-    fn add(&mut self, page: u64, due: u64, tid: Option<u32>) {
+    fn add(&mut self, page: u64, due: u64, tid: Option<u32>, tries: u8) {
         if self.entries.iter().any(|e| e.page == page) {
             return;
         }
@@ -188,6 +268,7 @@ impl Focus {
                 ntids: tid.is_some() as u8,
                 last: tid.unwrap_or(0),
                 same: 0,
+                tries,
             };
         }
     }
@@ -223,22 +304,41 @@ impl Focus {
                 ndue += 1;
             }
         }
-        // Rank within the pair (0 = its longest due page), then serve by (rank, due).
+        // Rank within the pair (0 = its longest due page). Probes and bisection steps are
+        // rank 0, taken in turn (the k-th longest due of each kind side by side), so that
+        // neither crowds out the other; then serve by (rank, turn, due).
         due[..ndue].sort_unstable();
-        let mut order = [(0u16, 0u64, 0u16); ENTRIES];
+        let mut order = [(0u16, 0u16, 0u64, 0u16); ENTRIES];
+        let mut turn = [(0u64, 0u16); ENTRIES];
+        for kind in 0..2u8 {
+            if !self.probes.searching() {
+                break;
+            }
+            let mut nkind = 0;
+            for (i, d) in due[..ndue].iter().enumerate() {
+                if self.entries[d.2 as usize].ntids == kind {
+                    turn[nkind] = (d.1, i as u16);
+                    nkind += 1;
+                }
+            }
+            turn[..nkind].sort_unstable();
+            for (t, &(_, i)) in turn[..nkind].iter().enumerate() {
+                order[i as usize].1 = t as u16;
+            }
+        }
         for i in 0..ndue {
             let rank = if i > 0 && due[i].0 == due[i - 1].0 {
                 order[i - 1].0 + 1
             } else {
                 0
             };
-            order[i] = (rank, due[i].1, due[i].2);
+            order[i] = (rank, order[i].1, due[i].1, due[i].2);
         }
         let n = ndue.min(out.len());
         if n < ndue {
             order[..ndue].select_nth_unstable(n);
         }
-        for (slot, &(_, _, k)) in out.iter_mut().zip(&order[..n]) {
+        for (slot, &(_, _, _, k)) in out.iter_mut().zip(&order[..n]) {
             let e = &mut self.entries[k as usize];
             *slot = e.page;
             e.armed = true;
@@ -287,6 +387,9 @@ mod tests {
             entries: [Entry::default(); ENTRIES],
             known: [(0, 0, 0); KNOWN],
             known_next: 0,
+            edges: [(0, 0); EDGES],
+            edges_next: 0,
+            probes: Outcomes::default(),
             found_shared: 0,
             rearms: 0,
         })
@@ -389,6 +492,99 @@ mod tests {
         g.fault(16 << 12, 1, 0);
         g.fault(80 << 12, 1, 0);
         assert!(due(&mut g, MS).is_empty());
+    }
+
+    #[test]
+    fn outcomes_say_search_while_probes_rarely_find_sharing() {
+        let mut o = Outcomes::default();
+        for _ in 0..15 {
+            o.done(false);
+        }
+        assert!(!o.searching(), "too few probes to judge");
+        o.done(false);
+        assert!(o.searching());
+        for _ in 0..2 {
+            o.done(true);
+        }
+        assert!(!o.searching(), "2 of 18 found sharing");
+        // The window halves: old outcomes fade.
+        for _ in 0..200 {
+            o.done(false);
+        }
+        assert!(o.done < OUTCOMES_WINDOW && o.searching());
+    }
+
+    /// Makes `n` probes fail: a sample page faulted on three times by one task.
+    fn fail_probes(f: &mut Focus, n: u64, t: &mut u64) {
+        for k in 0..n {
+            let page = (1000 + k) << 12;
+            for _ in 0..=PROBE_TRIES {
+                f.fault(page, 9, *t);
+            }
+        }
+        *t += STALE_NS + MS;
+        due(f, *t);
+        assert!(f.probes.searching());
+    }
+
+    #[test]
+    fn while_searching_edge_pages_get_more_probes() {
+        let mut f = table();
+        let mut t = 0;
+        fail_probes(&mut f, 16, &mut t);
+        // Pages 69 (task 1) and 70 (task 2) are an edge; task 1 keeps touching 69 first.
+        f.fault(69 << 12, 1, t);
+        f.fault(70 << 12, 2, t);
+        let mut seen = Vec::new();
+        for _ in 0..EDGE_TRIES as usize + 2 {
+            t += PROBE_DELAY_NS;
+            for page in due(&mut f, t) {
+                seen.push(page >> 12);
+                f.fault(page, if page >> 12 == 69 { 1 } else { 2 }, t);
+            }
+        }
+        let n69 = seen.iter().filter(|&&p| p == 69).count();
+        assert!(
+            n69 >= EDGE_TRIES as usize - 1,
+            "page 69 probed {n69} times: {seen:?}"
+        );
+        // Not searching: the edge's other side gets an ordinary probe only.
+        let mut g = table();
+        g.fault(69 << 12, 1, 0);
+        g.fault(70 << 12, 2, 0);
+        let mut n = 0;
+        let mut t = 0;
+        for _ in 0..EDGE_TRIES as usize + 2 {
+            t += PROBE_DELAY_NS;
+            for page in due(&mut g, t) {
+                n += (page >> 12 == 69) as usize;
+                g.fault(page, if page >> 12 == 69 { 1 } else { 2 }, t);
+            }
+        }
+        assert!(n <= PROBE_TRIES as usize + 1, "{n}");
+    }
+
+    #[test]
+    fn while_searching_steps_take_turns_with_probes() {
+        let mut f = table();
+        let mut t = 0;
+        fail_probes(&mut f, 16, &mut t);
+        // 20 probes due first, then 20 bisection steps (task 1 below 64, task 2 above).
+        for k in 0..20u64 {
+            f.fault((2000 + 8 * k) << 12, 3, t);
+        }
+        t += PROBE_DELAY_NS;
+        for k in 0..20u64 {
+            f.fault((100 * k + 10) << 20, 1, t);
+            f.fault(((100 * k + 10) << 20) + (64 << 12), 2, t);
+        }
+        let mut out = [0u64; 8];
+        let n = f.take_due(t + MS, &mut out);
+        let probes = out[..n]
+            .iter()
+            .filter(|&&p| (2000 << 12..3000 << 12).contains(&p))
+            .count();
+        assert_eq!((n, probes), (8, 4), "{:x?}", &out[..n]);
     }
 
     #[test]
