@@ -86,6 +86,7 @@ static struct {
     uint64_t last_cache_read;
     int keyval;
     int multiple;          /* MPI_THREAD_MULTIPLE granted */
+    int timesplit;         /* keep the time split (HUDDLE_PMPI_TIMESPLIT=0: off) */
     uint64_t pend_mark;    /* start of the current compute-with-pending-sends interval */
 } g = {.perf_fd = -1, .keyval = MPI_KEYVAL_INVALID};
 
@@ -209,7 +210,7 @@ static void cache_read(uint64_t t)
 /* ---- time split: blocking calls vs outside ---- */
 static inline uint64_t enter(void)
 {
-    if (depth++ != 0 || !g.active) return 0;
+    if (depth++ != 0 || !g.active || !g.timesplit) return 0;
     uint64_t t = now_ns();
     put(S_COMPUTE, get(S_COMPUTE) + (t - get(S_PHASE_START)));
     if (pend_count > 0) put(S_PENDING_COMPUTE, get(S_PENDING_COMPUTE) + (t - g.pend_mark));
@@ -688,6 +689,11 @@ static void after_init(int provided)
     const char *clk = getenv("HUDDLE_PMPI_CLOCK");
     if (clk && strcmp(clk, "precise") == 0) time_clock = CLOCK_MONOTONIC;
     g.multiple = provided == MPI_THREAD_MULTIPLE;
+    /* Only the simmer policy reads the time split; the rest of huddle reads bytes alone, and
+     * the split's clock reads and pending-send bookkeeping were most of the agent's cost per
+     * call (docs/pmpi.md). Off, S_TID stays the thread that called MPI_Init. */
+    const char *split = getenv("HUDDLE_PMPI_TIMESPLIT");
+    g.timesplit = !(split && strcmp(split, "0") == 0);
     world_info.me = g.rank;
     world_info.size = g.size;
     /* One stamp per job, chosen by rank 0: names the default board and tells stale boards. */
@@ -779,7 +785,7 @@ int MPI_Finalize(void)
 {
     if (g.active && depth == 0) {
         uint64_t t = now_ns();
-        put(S_COMPUTE, get(S_COMPUTE) + (t - get(S_PHASE_START)));
+        if (g.timesplit) put(S_COMPUTE, get(S_COMPUTE) + (t - get(S_PHASE_START)));
         put(S_PHASE_START, t);
         cache_read(t);
         put(S_UPDATED, t);
@@ -833,7 +839,7 @@ BLOCKING_SEND(Rsend)
         depth--;                                                                                              \
         if (rc == MPI_SUCCESS && outer && g.active) {                                                         \
             count_send(dest, count, t, c);                                                                    \
-            pending_add(*r);                                                                                  \
+            if (g.timesplit) pending_add(*r);                                                                 \
         }                                                                                                     \
         return rc;                                                                                            \
     }                                                                                                         \
@@ -843,8 +849,12 @@ NONBLOCKING_SEND(Issend)
 NONBLOCKING_SEND(Ibsend)
 NONBLOCKING_SEND(Irsend)
 
+/* Receives, probes and completions count no bytes; they are wrapped for the time split only.
+ * Without it they go straight to the library: HPCC's RandomAccess polls MPI_Test in its
+ * update loop, so even depth++ and a request-key copy per call showed (docs/pmpi.md). */
 int MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Status *st)
 {
+    if (!g.timesplit) return REAL(Recv)(buf, count, t, src, tag, c, st);
     uint64_t t0 = enter();
     int rc = REAL(Recv)(buf, count, t, src, tag, c, st);
     leave(t0);
@@ -854,6 +864,7 @@ ALSO_PMPI(Recv)
 
 int MPI_Probe(int src, int tag, MPI_Comm c, MPI_Status *st)
 {
+    if (!g.timesplit) return REAL(Probe)(src, tag, c, st);
     uint64_t t0 = enter();
     int rc = REAL(Probe)(src, tag, c, st);
     leave(t0);
@@ -890,6 +901,7 @@ ALSO_PMPI(Sendrecv_replace)
 /* ---- completion ---- */
 int MPI_Wait(MPI_Request *r, MPI_Status *st)
 {
+    if (!g.timesplit) return REAL(Wait)(r, st);
     uint64_t key = req_key(*r);
     uint64_t t0 = enter();
     int rc = REAL(Wait)(r, st);
@@ -901,6 +913,7 @@ ALSO_PMPI(Wait)
 
 int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
 {
+    if (!g.timesplit) return REAL(Waitall)(n, reqs, sts);
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     uint64_t t0 = enter();
@@ -914,6 +927,7 @@ ALSO_PMPI(Waitall)
 
 int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st)
 {
+    if (!g.timesplit) return REAL(Waitany)(n, reqs, index, st);
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     uint64_t t0 = enter();
@@ -927,6 +941,7 @@ ALSO_PMPI(Waitany)
 
 int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[], MPI_Status sts[])
 {
+    if (!g.timesplit) return REAL(Waitsome)(n, reqs, outcount, indices, sts);
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     uint64_t t0 = enter();
@@ -940,6 +955,7 @@ ALSO_PMPI(Waitsome)
 
 int MPI_Test(MPI_Request *r, int *flag, MPI_Status *st)
 {
+    if (!g.timesplit) return REAL(Test)(r, flag, st);
     uint64_t key = req_key(*r);
     depth++;
     int rc = REAL(Test)(r, flag, st);
@@ -951,6 +967,7 @@ ALSO_PMPI(Test)
 
 int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[])
 {
+    if (!g.timesplit) return REAL(Testall)(n, reqs, flag, sts);
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     depth++;
@@ -964,6 +981,7 @@ ALSO_PMPI(Testall)
 
 int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st)
 {
+    if (!g.timesplit) return REAL(Testany)(n, reqs, index, flag, st);
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     depth++;
@@ -977,6 +995,7 @@ ALSO_PMPI(Testany)
 
 int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[], MPI_Status sts[])
 {
+    if (!g.timesplit) return REAL(Testsome)(n, reqs, outcount, indices, sts);
     uint64_t buf[KEYS_ON_STACK];
     uint64_t *keys = snapshot(n, reqs, buf);
     depth++;

@@ -238,6 +238,9 @@ pub fn mpi_setup(
             .mode(0o700)
             .create(simmer::board::default_dir())?;
         std::env::set_var("HUDDLE_BOARD", board_path());
+        // Bytes alone: the time split is for the simmer policy, which preloads the agent
+        // itself, and it was most of the agent's cost per MPI call (docs/pmpi.md).
+        std::env::set_var("HUDDLE_PMPI_TIMESPLIT", "0");
         if let Some(dir) = rank_matrix.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::DirBuilder::new()
                 .recursive(true)

@@ -115,6 +115,24 @@ for impl in "${impls[@]}"; do
   fi
   unset HUDDLE_BOARD HUDDLE_RANK_MATRIX
 
+  # HUDDLE_PMPI_TIMESPLIT=0 (what huddle run sets unless the policy is simmer): the same
+  # program's bytes are counted, the time split stays empty.
+  export HUDDLE_BOARD=$work/$impl-nosplit.board HUDDLE_RANK_MATRIX=$work/nosplit.csv HUDDLE_PMPI_TIMESPLIT=0
+  if launch "$impl" 2 "$builds/$impl/timesplit" >"$work/log" 2>&1 && "$board_reader" "$HUDDLE_BOARD" >"$work/board.json"; then
+    read -r sent0 comp0 block1 <<<"$(awk -F'[:,]' '
+      /"rank":/ {r=$2+0} /"sent_bytes":/ {s[r]=$2+0} /"compute_ns":/ {c[r]=$2+0}
+      /"blocking_ns":/ {b[r]=$2+0}
+      END {print s[0], c[0], b[1]}' "$work/board.json")"
+    if [ "${sent0:-0}" -ge 4194304 ] && [ "${comp0:-1}" = 0 ] && [ "${block1:-1}" = 0 ]; then
+      pass "$impl: HUDDLE_PMPI_TIMESPLIT=0: rank 0 sent $sent0 bytes, no time split"
+    else
+      fail "$impl: HUDDLE_PMPI_TIMESPLIT=0: sent $sent0 compute $comp0 blocked $block1"
+    fi
+  else
+    fail "$impl: nosplit run: $(tail -3 "$work/log")"
+  fi
+  unset HUDDLE_BOARD HUDDLE_RANK_MATRIX HUDDLE_PMPI_TIMESPLIT
+
   # Default path: printed once, the file is there, the per-job board is removed.
   (cd "$work" && launch "$impl" 2 "$builds/$impl/traffic" "$work/d.expected" all) >"$work/log" 2>&1
   lines=$(grep -c "huddle-pmpi: rank matrix" "$work/log")
