@@ -244,7 +244,8 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, mut cfg: Config) ->
                 obs.set_paused(paused);
             }
             exit = obs.try_wait();
-            if exit.is_none() && !obs.alive() {
+            if exit.is_some() || !obs.alive() {
+                // Ended: no wait for more events (what is left is drained below).
                 break;
             }
             let left = wake.saturating_duration_since(Instant::now());
