@@ -163,6 +163,26 @@ else
   fail "--source faults: $(tail -3 "$tmp/log")"
 fi
 
+# --source mpi: the agent's bytes alone, no page-fault records and no fault agent (perf keeps
+# only the task records for the task table).
+dir=$tmp/mpi-only
+if timeout 120 "$huddle" run --quiet --policy none --source mpi --report "$dir" -- \
+  mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -np 4 \
+  build/mpi/openmpi/traffic "$tmp/expected.csv" all >"$tmp/log" 2>&1 &&
+  cmp -s "$dir/rank-matrix.csv" "$tmp/expected.csv" && msg=$(check "$dir" 4) &&
+  python3 - "$dir/run.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["detection_source"] == "PMPI agent (MPI bytes between ranks)", d["detection_source"]
+assert d["events"] == 0 and d["rearmed_pages"] == 0, (d["events"], d["rearmed_pages"])
+assert any("PERF_COUNT_SW_DUMMY" in n for n in d["notes"]), d["notes"]
+PY
+then
+  pass "--source mpi: $msg, no page-fault records, no fault agent"
+else
+  fail "--source mpi: $(tail -3 "$tmp/log")"
+fi
+
 # No MPI program: --source mpi says so in one line and page faults go on.
 out=$(timeout 60 "$huddle" run --quiet --policy none --source mpi -- true 2>&1) && rc=0 || rc=$?
 if [ $rc = 0 ] && [ "$(grep -c 'no MPI launcher and no libmpi linked' <<<"$out")" = 1 ]; then

@@ -253,7 +253,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
         a => a,
     };
-    let cfg = Config {
+    let mut cfg = Config {
         block_size: args.block_size,
         table_slots: args.table_slots,
         granularity: if args.processes {
@@ -290,6 +290,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     .map_err(discard)?;
     if mpi.is_some() {
         crate::outputs::file("--out", &with_suffix(&args.out, ".ranks.csv")).map_err(discard)?;
+    }
+    if matches!(mpi, Some((_, SourceMode::Mpi))) {
+        crate::run::mpi_only(&mut cfg);
     }
     let target = Target::Spawn {
         program: program.clone(),

@@ -168,6 +168,14 @@ pub(crate) fn detect_config(c: &Common, agent: bool) -> detect::Config {
     }
 }
 
+/// `--source mpi`: nothing reads page faults, so none are recorded (perf keeps only the task
+/// records, for the task table) and the fault agent is not preloaded (docs/pmpi.md).
+pub(crate) fn mpi_only(cfg: &mut detect::Config) {
+    cfg.sampled = detect::perf::Sampled::TasksOnly;
+    cfg.agent = None;
+    cfg.page_owners = 0;
+}
+
 /// Options checked, machine loaded, policy made. `cpus`: the OS CPUs the program may run on
 /// when that is not huddle's own set (attach); the mapping uses only those.
 /// Pages moved per task per interval at most (4 GiB of 4 KiB pages).
@@ -333,12 +341,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             }),
     )
     .map_err(discard)?;
+    let mut cfg = detect_config(&args.common, !args.no_agent);
+    if matches!(mpi, Some((_, SourceMode::Mpi))) {
+        mpi_only(&mut cfg);
+    }
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),
             args: rest.to_vec(),
         },
-        &detect_config(&args.common, !args.no_agent),
+        &cfg,
     )
     .map_err(crate::exit::start_error)
     .map_err(discard)?;

@@ -17,7 +17,8 @@ fn main() {
         let s = h.join().unwrap();
         unsafe { libc::_exit((s % 7) as i32) };
     }
-    let mut src = PerfSource::open(&[pid], false, 64).expect("open");
+    let mut src =
+        PerfSource::open(&[pid], false, 64, detect::perf::Sampled::PageFaults).expect("open");
     println!("opened, exclude_kernel={}", src.exclude_kernel);
     unsafe { libc::write(go[1], b"x".as_ptr() as *const _, 1) };
     let (mut faults, mut forks, mut tids) = (0u64, 0u64, std::collections::BTreeSet::new());

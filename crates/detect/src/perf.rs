@@ -81,8 +81,19 @@ pub fn paranoid_level() -> String {
         .unwrap_or_else(|_| "unknown (no /proc/sys/kernel/perf_event_paranoid)".into())
 }
 
-/// The page-fault event description.
+/// What the events sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sampled {
+    /// Every page fault (sample_period 1): the detector's input.
+    PageFaults,
+    /// Nothing: a dummy event whose only records are the tasks starting, exiting and being
+    /// named, for a task table without paying for a record per fault (`--source mpi`).
+    TasksOnly,
+}
+
+/// The event description: page faults, or the dummy event (task records only).
 fn attr(
+    sampled: Sampled,
     exclude_kernel: bool,
     enable_on_exec: bool,
     inherit: bool,
@@ -92,7 +103,10 @@ fn attr(
     let mut a: b::perf_event_attr = unsafe { std::mem::zeroed() };
     a.type_ = b::PERF_TYPE_SOFTWARE;
     a.size = std::mem::size_of::<b::perf_event_attr>() as u32;
-    a.config = b::PERF_COUNT_SW_PAGE_FAULTS as u64;
+    a.config = match sampled {
+        Sampled::PageFaults => b::PERF_COUNT_SW_PAGE_FAULTS,
+        Sampled::TasksOnly => b::PERF_COUNT_SW_DUMMY,
+    } as u64;
     a.__bindgen_anon_1.sample_period = 1;
     a.sample_type =
         (b::PERF_SAMPLE_TID | b::PERF_SAMPLE_TIME | b::PERF_SAMPLE_ADDR | b::PERF_SAMPLE_CPU)
@@ -147,6 +161,8 @@ pub struct PerfSource {
     pub exclude_kernel: bool,
     /// One event per CPU for every process: the reader keeps its program's records.
     pub system_wide: bool,
+    /// What the events sample.
+    pub sampled: Sampled,
     scratch: Vec<u8>,
 }
 
@@ -181,10 +197,11 @@ impl PerfSource {
         tids: &[i32],
         enable_on_exec: bool,
         ring_pages: usize,
+        sampled: Sampled,
     ) -> Result<PerfSource, PerfError> {
-        match Self::open_with(tids, enable_on_exec, ring_pages, false) {
+        match Self::open_with(tids, enable_on_exec, ring_pages, sampled, false) {
             Err(PerfError::Permission { .. }) => {
-                Self::open_with(tids, enable_on_exec, ring_pages, true)
+                Self::open_with(tids, enable_on_exec, ring_pages, sampled, true)
             }
             r => r,
         }
@@ -194,6 +211,7 @@ impl PerfSource {
         tids: &[i32],
         enable_on_exec: bool,
         ring_pages: usize,
+        sampled: Sampled,
         exclude_kernel: bool,
     ) -> Result<PerfSource, PerfError> {
         let page = page_size();
@@ -203,6 +221,7 @@ impl PerfSource {
             rings: Vec::new(),
             cpu_rings: Vec::new(),
             attr: attr(
+                sampled,
                 exclude_kernel,
                 enable_on_exec,
                 true,
@@ -211,6 +230,7 @@ impl PerfSource {
             lost: 0,
             exclude_kernel,
             system_wide: false,
+            sampled,
             scratch: Vec::new(),
         };
         let mut last_err = None;
@@ -247,17 +267,18 @@ impl PerfSource {
     /// Opens the page-fault event for every process on every CPU, one ring each, enabled.
     /// Fails with [`PerfError::Permission`] without CAP_PERFMON (or CAP_SYS_ADMIN) where
     /// kernel.perf_event_paranoid > 0.
-    pub fn open_system_wide(ring_pages: usize) -> Result<PerfSource, PerfError> {
+    pub fn open_system_wide(ring_pages: usize, sampled: Sampled) -> Result<PerfSource, PerfError> {
         let page = page_size();
         let pages = ring_pages.max(1).next_power_of_two();
         let data_bytes = pages * page;
         let mut src = PerfSource {
             rings: Vec::new(),
             cpu_rings: Vec::new(),
-            attr: attr(false, false, false, (data_bytes / 4) as u32),
+            attr: attr(sampled, false, false, false, (data_bytes / 4) as u32),
             lost: 0,
             exclude_kernel: false,
             system_wide: true,
+            sampled,
             scratch: Vec::new(),
         };
         for cpu in online_cpus() {
@@ -514,5 +535,24 @@ pub fn decode(typ: u32, body: &[u8]) -> Option<Record> {
             lost: u64_at(body, 8)?,
         }),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dummy_event_keeps_the_task_records_and_samples_nothing() {
+        let faults = attr(Sampled::PageFaults, false, true, true, 4096);
+        assert_eq!(faults.config, b::PERF_COUNT_SW_PAGE_FAULTS as u64);
+        // SAFETY: sample_period is the member this module sets.
+        assert_eq!(unsafe { faults.__bindgen_anon_1.sample_period }, 1);
+        let tasks = attr(Sampled::TasksOnly, false, true, true, 4096);
+        assert_eq!(tasks.config, b::PERF_COUNT_SW_DUMMY as u64);
+        for a in [faults, tasks] {
+            assert_eq!(a.type_, b::PERF_TYPE_SOFTWARE);
+            assert_eq!((a.task(), a.comm(), a.inherit()), (1, 1, 1));
+        }
     }
 }

@@ -4,7 +4,7 @@ use crate::agent_env;
 pub use crate::agent_env::{private_base, remove_stale_private_dirs};
 use crate::budget::Budget;
 use crate::owners::PageOwners;
-use crate::perf::{self, PerfError, PerfSource, Record};
+use crate::perf::{self, PerfError, PerfSource, Record, Sampled};
 use crate::procmaps::{self, Vma};
 use crate::procs;
 use crate::ring::{self, RingView};
@@ -86,6 +86,9 @@ pub struct Config {
     /// Record which task touches each page ([`PageOwners`]), for moving a thread's pages
     /// with it. Up to this many pages; 0: off.
     pub page_owners: usize,
+    /// What perf samples: page faults (the default), or nothing but the task records, for a
+    /// caller that takes communication from elsewhere (`--source mpi`).
+    pub sampled: Sampled,
 }
 
 impl Default for Config {
@@ -98,6 +101,7 @@ impl Default for Config {
             granularity: Granularity::Thread,
             agent: None,
             page_owners: 0,
+            sampled: Sampled::PageFaults,
         }
     }
 }
@@ -400,7 +404,9 @@ impl Session {
         self.pid = pid;
         self.pidfd.set(pidfd_open(pid));
         self.spawned = true;
-        match open_perf(cfg, || PerfSource::open(&[pid], true, cfg.ring_pages)) {
+        match open_perf(cfg, || {
+            PerfSource::open(&[pid], true, cfg.ring_pages, cfg.sampled)
+        }) {
             Ok(p) => {
                 self.sources.push(perf_status(&p, true));
                 if p.system_wide {
@@ -486,8 +492,10 @@ impl Session {
         let no_source = |e: PerfError| DetectError::NoSource {
             perf: e.to_string(),
         };
-        let mut p =
-            open_perf(cfg, || PerfSource::open(&tids, false, cfg.ring_pages)).map_err(no_source)?;
+        let mut p = open_perf(cfg, || {
+            PerfSource::open(&tids, false, cfg.ring_pages, cfg.sampled)
+        })
+        .map_err(no_source)?;
         if p.system_wide {
             // Open before listing: whatever starts after the list is seen by its FORK record.
             tasks = list();
@@ -1170,7 +1178,7 @@ fn open_perf(
     if cfg.per_task_perf {
         return per_task();
     }
-    match PerfSource::open_system_wide(cfg.ring_pages) {
+    match PerfSource::open_system_wide(cfg.ring_pages, cfg.sampled) {
         Err(PerfError::Permission { .. }) => per_task(),
         r => r,
     }
@@ -1196,6 +1204,14 @@ fn in_tree(tree: &mut std::collections::HashSet<u32>, r: &Record) -> bool {
 }
 
 fn perf_status(p: &PerfSource, spawn: bool) -> SourceStatus {
+    if p.sampled == Sampled::TasksOnly {
+        return SourceStatus {
+            name: "perf task records".into(),
+            active: false,
+            note: "PERF_COUNT_SW_DUMMY: which tasks start, exit and are named; no page faults"
+                .into(),
+        };
+    }
     SourceStatus {
         name: "perf page faults".into(),
         active: true,
