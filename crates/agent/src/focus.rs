@@ -310,10 +310,13 @@ impl Focus {
         due[..ndue].sort_unstable();
         let mut order = [(0u16, 0u16, 0u64, 0u16); ENTRIES];
         let mut turn = [(0u64, 0u16); ENTRIES];
-        for kind in 0..2u8 {
-            if !self.probes.searching() {
-                break;
-            }
+        // Kind 0: bisection steps, kind 1: probes (pages found shared keep turn 0).
+        let kinds = if self.probes.searching() {
+            0..2u8
+        } else {
+            0..0
+        };
+        for kind in kinds {
             let mut nkind = 0;
             for (i, d) in due[..ndue].iter().enumerate() {
                 if self.entries[d.2 as usize].ntids == kind {
