@@ -166,6 +166,21 @@ impl SharerTable {
 mod tests {
     use super::*;
 
+    #[test]
+    fn neighbouring_blocks_take_neighbouring_slots_from_a_random_start() {
+        let t = SharerTable::new(1 << 20);
+        let base = mix(7) & !0xff;
+        let first = t.index(base);
+        for k in 1..256 {
+            assert_eq!(t.index(base + k), (first + k as usize) & (t.slots() - 1));
+        }
+        // Runs start anywhere: 1000 runs cover about as many distinct starts, unaligned.
+        let starts: std::collections::HashSet<usize> =
+            (0..1000u64).map(|g| t.index(g << 8)).collect();
+        assert!(starts.len() > 990, "{}", starts.len());
+        assert!(starts.iter().filter(|&&s| s % 256 == 0).count() < 20);
+    }
+
     fn events(t: &mut SharerTable, key: u64, task: u32) -> Vec<u32> {
         let mut v = Vec::new();
         t.record(key, task, |q| v.push(q));
