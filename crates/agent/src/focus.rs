@@ -18,12 +18,17 @@
 //! log2(distance) probes.
 //!
 //! Which of the two searches gets the budget depends on what probes find (`Outcomes`). While
-//! under one probe in 16 finds a page shared, sharing is rare and lies at block edges: probes
-//! and bisection steps then take turns (otherwise the probes of every uniform sample crowd
-//! the steps out and they go stale), and each page of an edge gets EDGE_TRIES probes. While
-//! probes do find sharing (heap buffers read whole by another task), all due pages are served
-//! longest due first: there the steps only split buffers both sides share anyway, and taking
-//! turns cost bench/detect's 32-thread pipeline and master-worker about 0.08 of r.
+//! under one probe in 16 (of the last 16 or more) finds a page shared, sharing is taken to be
+//! rare and at block edges ("searching"): bisection steps go first, narrowest bracket first
+//! and one per bracket, so that edges are found one after the other; a step that faulted is
+//! not probed (it said whose the page is); each page of an edge gets EDGE_TRIES probes, and
+//! once one side is found shared the other side gets no more; pages found shared come next;
+//! only one uniform sample in SAMPLE_PROBE_EVERY is probed, once, and last (enough to notice
+//! that probes start finding sharing; edge probes do not count there, they look where sharing
+//! is by construction). While probes do find sharing (heap buffers read whole by another
+//! task), every sample is probed and all due pages are served longest due first: there the
+//! steps only split buffers both sides share anyway, and serving them first cost bench/detect's
+//! 32-thread pipeline and master-worker about 0.08 of r.
 //!
 //! The re-arm thread gives at most half of each tick's budget to due pages, the rest stays
 //! uniform. Pure bookkeeping (no system calls), under the agent's lock.
@@ -41,8 +46,12 @@ const MAX_TIDS: usize = 2;
 const KNOWN: usize = 1024;
 const KNOWN_MAX_AGE_NS: u64 = 10_000_000_000;
 const MAX_GAP: u64 = 1 << 30;
-/// An edge page is probed again after this long only, and this many are remembered.
+/// Not searching, the page across an edge is probed when its task was seen this long ago.
 const EDGE_RECHECK_NS: u64 = 1_000_000_000;
+/// While searching, an edge page gets its EDGE_TRIES again after this long only (at 1 s,
+/// every fault of a page found shared gave the page across the edge 8 more probes a
+/// second), and this many are remembered.
+const EDGE_REPROBE_NS: u64 = 10_000_000_000;
 const EDGES: usize = 64;
 const PAGE: u64 = 4096;
 const SAME_TO_DEMOTE: u8 = 8;
@@ -55,6 +64,11 @@ const PROBE_TRIES: u8 = 2;
 /// other, so the neighbour comes first after a re-arm about one time in two on one side of
 /// the edge and hardly ever on the other.
 const EDGE_TRIES: u8 = 8;
+/// While searching, the first this many go before the pages found shared, the rest after.
+const EDGE_FIRST_TRIES: u8 = 2;
+/// While searching, one uniform sample in this many is probed (enough to tell when probes
+/// start finding sharing); the others, and bisection steps, are not probed at all.
+const SAMPLE_PROBE_EVERY: u32 = 4;
 const MAX_PROBES: usize = ENTRIES / 8;
 /// Pages kept in focus per pair of tasks: every pair that shares gets re-armed about as
 /// often, instead of the first pair found taking the whole table (a pipeline's stages
@@ -106,6 +120,10 @@ struct Entry {
     same: u8,
     /// Faults in a row by the one task seen so far after which the page leaves.
     tries: u8,
+    /// A page either side of an edge between two tasks' blocks.
+    edge: bool,
+    /// A bisection step: the width of the bracket it halves, in bytes.
+    gap: u64,
 }
 
 /// All-zero is an empty table (it lives in the agent's zeroed State mapping).
@@ -116,6 +134,8 @@ pub struct Focus {
     known_next: usize,
     /// How often probes found a page shared, lately.
     probes: Outcomes,
+    /// Uniform samples seen (which of them to probe while searching).
+    samples: u32,
     /// Pages lately made edge probes, and when.
     edges: [(u64, u64); EDGES],
     edges_next: usize,
@@ -132,22 +152,34 @@ impl Focus {
     }
 
     fn track(&mut self, page: u64, tid: u32, now: u64) {
+        let searching = self.probes.searching();
         let Some(k) = self.entries.iter().position(|e| e.page == page) else {
-            // A uniform sample: probe it once more.
-            self.add(page, now + PROBE_DELAY_NS, Some(tid), PROBE_TRIES);
+            // A uniform sample: probe it once more. While searching, a sample's probes
+            // would find sharing under one time in 16 and took most of the budget the
+            // bisection needs (layout-c halo x8: edges of 1-2 of 7 pairs found in 8 s).
+            self.samples = self.samples.wrapping_add(1);
+            if !searching {
+                let _ = self.add(page, now + PROBE_DELAY_NS, Some(tid), PROBE_TRIES);
+            } else if self.samples.is_multiple_of(SAMPLE_PROBE_EVERY) {
+                let _ = self.add(page, now + PROBE_DELAY_NS, Some(tid), 1);
+            }
             return;
         };
         let e = &mut self.entries[k];
         e.armed = false;
         e.due = now + FOCUS_PERIOD_NS;
-        if e.ntids == 0 {
+        if e.ntids == 0 && searching && !e.edge {
+            // A bisection step has done its job: it said whose the page is.
+            e.page = 0;
+        } else if e.ntids == 0 {
             // A bisection probe: from now on an ordinary one.
             (e.tids[0], e.ntids, e.last) = (tid, 1, tid);
             e.due = now + PROBE_DELAY_NS;
         } else if tid == e.last {
             e.same += 1;
             if (e.ntids == 1 && e.same >= e.tries) || e.same >= SAME_TO_DEMOTE {
-                if e.ntids == 1 {
+                // Edge probes are left out: they look where sharing is by construction.
+                if e.ntids == 1 && !e.edge {
                     self.probes.done(false);
                 }
                 e.page = 0;
@@ -162,11 +194,20 @@ impl Focus {
                 }
                 e.tids[e.ntids as usize] = tid;
                 e.ntids += 1;
-                if e.ntids == 2 {
+                if e.ntids == 2 && !e.edge {
                     self.probes.done(true);
                 }
+                if self.entries[k].edge {
+                    // The pair is found: the page across the edge, which the neighbour
+                    // hardly ever touches first, needs no more probes.
+                    for e in self.entries.iter_mut() {
+                        if e.edge && e.ntids < 2 && e.page.abs_diff(page) == PAGE {
+                            e.page = 0;
+                        }
+                    }
+                }
                 self.found_shared += 1;
-                let pair = e.tids;
+                let pair = self.entries[k].tids;
                 let same_pair = |e: &Entry| {
                     e.page != 0 && e.ntids == 2 && (e.tids == pair || e.tids == [pair[1], pair[0]])
                 };
@@ -207,33 +248,46 @@ impl Focus {
             if gap == PAGE {
                 if self.probes.searching() {
                     // Each side of the edge is probed EDGE_TRIES times, at most once per
-                    // EDGE_RECHECK_NS (a fault on one side finds the other again and again).
+                    // EDGE_REPROBE_NS (a fault on one side finds the other again and again).
                     for p in [page, q] {
                         if self.new_edge(p, now) {
                             match self.entries.iter_mut().find(|e| e.page == p) {
-                                Some(e) => e.tries = e.tries.max(EDGE_TRIES),
-                                None => self.add(p, now, None, EDGE_TRIES),
+                                Some(e) => (e.tries, e.edge) = (e.tries.max(EDGE_TRIES), true),
+                                None => {
+                                    self.add(p, now, None, EDGE_TRIES);
+                                }
                             }
                         }
                     }
                 } else if now.saturating_sub(at) > EDGE_RECHECK_NS {
                     // The other side's page is probed too, unless it just was (it is in the
                     // table then, or was found not shared: no ping-pong between them).
-                    self.add(q, now, None, PROBE_TRIES);
+                    let _ = self.add(q, now, None, PROBE_TRIES);
                 }
-            } else if gap <= MAX_GAP {
+            } else if gap <= MAX_GAP && !self.step_between(q.min(page), q.max(page)) {
                 let mid = (q.min(page) + gap / 2) & !(PAGE - 1);
-                self.add(mid, now, None, PROBE_TRIES);
+                if let Some(e) = self.add(mid, now, None, PROBE_TRIES) {
+                    e.gap = gap;
+                }
             }
         }
     }
 
-    /// Whether `page` was not made an edge probe within EDGE_RECHECK_NS; remembers it.
+    /// Whether a bisection step inside (lo, hi) waits for its fault: one step per bracket,
+    /// or every fault near an edge starts a chain of its own towards it (layout-c halo x8:
+    /// about 12 steps to find one edge instead of 6).
+    fn step_between(&self, lo: u64, hi: u64) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.page > lo && e.page < hi && e.ntids == 0 && !e.edge)
+    }
+
+    /// Whether `page` was not made an edge probe within EDGE_REPROBE_NS; remembers it.
     fn new_edge(&mut self, page: u64, now: u64) -> bool {
         if self
             .edges
             .iter()
-            .any(|&(p, at)| p == page && now.saturating_sub(at) <= EDGE_RECHECK_NS)
+            .any(|&(p, at)| p == page && now.saturating_sub(at) <= EDGE_REPROBE_NS)
         {
             return false;
         }
@@ -246,9 +300,9 @@ impl Focus {
     /// full). Probes of single samples (`tid` given) and bisection steps are bounded, so that
     /// pages found shared keep most of the table and the budget is not spent on waiting
     /// lists: at the steady 75 pages/s, 64 probes are under a second's work.
-    fn add(&mut self, page: u64, due: u64, tid: Option<u32>, tries: u8) {
+    fn add(&mut self, page: u64, due: u64, tid: Option<u32>, tries: u8) -> Option<&mut Entry> {
         if self.entries.iter().any(|e| e.page == page) {
-            return;
+            return None;
         }
         let kind = tid.is_some() as u8;
         let same_kind = self
@@ -257,35 +311,42 @@ impl Focus {
             .filter(|e| e.page != 0 && e.ntids == kind)
             .count();
         if same_kind >= if tid.is_some() { MAX_PROBES } else { MAX_STEPS } {
-            return;
+            return None;
         }
-        if let Some(e) = self.entries.iter_mut().find(|e| e.page == 0) {
-            *e = Entry {
-                page,
-                due,
-                armed: false,
-                tids: [tid.unwrap_or(0), 0],
-                ntids: tid.is_some() as u8,
-                last: tid.unwrap_or(0),
-                same: 0,
-                tries,
-            };
-        }
+        let e = self.entries.iter_mut().find(|e| e.page == 0)?;
+        *e = Entry {
+            page,
+            due,
+            armed: false,
+            tids: [tid.unwrap_or(0), 0],
+            ntids: tid.is_some() as u8,
+            last: tid.unwrap_or(0),
+            same: 0,
+            tries,
+            edge: tries == EDGE_TRIES,
+            gap: 0,
+        };
+        Some(e)
     }
 
     /// Fills `out` with the pages due at `now` (marking them armed) and returns how many:
     /// round-robin over the pairs of tasks, longest due first within each round, so that
     /// every pair found sharing gets about the same share of a budget too small for all.
+    /// While searching (see `Outcomes`), bisection steps and edge probes go first, narrowest
+    /// bracket first, then the pages found shared, then the probes of uniform samples.
     /// Forgets pages armed earlier and never touched since, and probes and bisection steps
     /// due for over STALE_NS that the budget never reached. (Serving pages found shared
     /// first starved the search: a pipeline's first pair found kept the budget and the other
     /// pairs were never found, r 0.5 at 8 threads against 0.88 in turn. Serving the longest
     /// due page first gave each pair a share of its pages in the table, 1 to PER_PAIR:
     /// pipeline x8's equal links were counted 15 to 47 in one run, and the first remap cut
-    /// the two weakest-looking instead of the middle one.)
+    /// the two weakest-looking instead of the middle one. In a halo, where sharing is at
+    /// block edges only, steps served in turn with everything else went breadth first:
+    /// layout-c halo x8 found its first of 21 edges after 150 steps, 1.4 s.)
     pub fn take_due(&mut self, now: u64, out: &mut [u64]) -> usize {
-        // (pair key, due, entry); probes and bisection steps are groups of their own.
-        let mut due = [(0u64, 0u64, 0u16); ENTRIES];
+        let searching = self.probes.searching();
+        // (class, pair key, order key, due, entry); probes and steps are pairs of their own.
+        let mut due = [(0u8, 0u64, 0u64, 0u64, 0u16); ENTRIES];
         let mut ndue = 0;
         for (k, e) in self.entries.iter_mut().enumerate() {
             if e.page == 0 || e.due > now {
@@ -293,55 +354,42 @@ impl Focus {
             }
             if e.armed || (e.ntids < 2 && now - e.due > STALE_NS) {
                 e.page = 0;
+                continue;
+            }
+            let pair = if e.ntids == 2 {
+                let (a, b) = (e.tids[0].min(e.tids[1]), e.tids[0].max(e.tids[1]));
+                (a as u64) << 32 | b as u64
             } else {
-                let pair = if e.ntids == 2 {
-                    let (a, b) = (e.tids[0].min(e.tids[1]), e.tids[0].max(e.tids[1]));
-                    (a as u64) << 32 | b as u64
-                } else {
-                    u64::MAX - k as u64
-                };
-                due[ndue] = (pair, e.due, k as u16);
-                ndue += 1;
-            }
+                u64::MAX - k as u64
+            };
+            let (class, key) = match (searching, e.ntids) {
+                (false, _) => (0, 0),
+                (true, 2) => (1, 0),
+                // An edge page's first probes; the neighbour comes first on one side of
+                // the edge about one time in two, so later ones mostly find the owner again.
+                (true, _) if e.ntids == 0 || (e.edge && e.same < EDGE_FIRST_TRIES) => (0, e.gap),
+                (true, _) => (2, 0),
+            };
+            due[ndue] = (class, pair, key, e.due, k as u16);
+            ndue += 1;
         }
-        // Rank within the pair (0 = its longest due page). Probes and bisection steps are
-        // rank 0, taken in turn (the k-th longest due of each kind side by side), so that
-        // neither crowds out the other; then serve by (rank, turn, due).
+        // Rank within the pair (0 = its longest due page); serve by (class, rank, key, due).
         due[..ndue].sort_unstable();
-        let mut order = [(0u16, 0u16, 0u64, 0u16); ENTRIES];
-        let mut turn = [(0u64, 0u16); ENTRIES];
-        // Kind 0: bisection steps, kind 1: probes (pages found shared keep turn 0).
-        let kinds = if self.probes.searching() {
-            0..2u8
-        } else {
-            0..0
-        };
-        for kind in kinds {
-            let mut nkind = 0;
-            for (i, d) in due[..ndue].iter().enumerate() {
-                if self.entries[d.2 as usize].ntids == kind {
-                    turn[nkind] = (d.1, i as u16);
-                    nkind += 1;
-                }
-            }
-            turn[..nkind].sort_unstable();
-            for (t, &(_, i)) in turn[..nkind].iter().enumerate() {
-                order[i as usize].1 = t as u16;
-            }
-        }
+        let mut order = [(0u8, 0u16, 0u64, 0u64, 0u16); ENTRIES];
         for i in 0..ndue {
-            let rank = if i > 0 && due[i].0 == due[i - 1].0 {
-                order[i - 1].0 + 1
+            let (class, pair, key, at, k) = due[i];
+            let rank = if i > 0 && (class, pair) == (due[i - 1].0, due[i - 1].1) {
+                order[i - 1].1 + 1
             } else {
                 0
             };
-            order[i] = (rank, order[i].1, due[i].1, due[i].2);
+            order[i] = (class, rank, key, at, k);
         }
         let n = ndue.min(out.len());
         if n < ndue {
             order[..ndue].select_nth_unstable(n);
         }
-        for (slot, &(_, _, _, k)) in out.iter_mut().zip(&order[..n]) {
+        for (slot, &(_, _, _, _, k)) in out.iter_mut().zip(&order[..n]) {
             let e = &mut self.entries[k as usize];
             *slot = e.page;
             e.armed = true;
@@ -393,9 +441,21 @@ mod tests {
             edges: [(0, 0); EDGES],
             edges_next: 0,
             probes: Outcomes::default(),
+            samples: 0,
             found_shared: 0,
             rearms: 0,
         })
+    }
+
+    /// A table whose last 16 probes found no page shared: searching.
+    fn searching_table() -> Box<Focus> {
+        let mut f = table();
+        f.probes = Outcomes {
+            done: 16,
+            shared: 0,
+        };
+        assert!(f.probes.searching());
+        f
     }
 
     fn due(f: &mut Focus, now: u64) -> Vec<u64> {
@@ -517,24 +577,10 @@ mod tests {
         assert!(o.done < OUTCOMES_WINDOW && o.searching());
     }
 
-    /// Makes `n` probes fail: a sample page faulted on three times by one task.
-    fn fail_probes(f: &mut Focus, n: u64, t: &mut u64) {
-        for k in 0..n {
-            let page = (1000 + k) << 12;
-            for _ in 0..=PROBE_TRIES {
-                f.fault(page, 9, *t);
-            }
-        }
-        *t += STALE_NS + MS;
-        due(f, *t);
-        assert!(f.probes.searching());
-    }
-
     #[test]
     fn while_searching_edge_pages_get_more_probes() {
-        let mut f = table();
+        let mut f = searching_table();
         let mut t = 0;
-        fail_probes(&mut f, 16, &mut t);
         // Pages 69 (task 1) and 70 (task 2) are an edge; task 1 keeps touching 69 first.
         f.fault(69 << 12, 1, t);
         f.fault(70 << 12, 2, t);
@@ -567,27 +613,149 @@ mod tests {
         assert!(n <= PROBE_TRIES as usize + 1, "{n}");
     }
 
+    /// An entry as `track` leaves it: a sample probe (one task) or a shared page (two).
+    fn entry(f: &mut Focus, page: u64, tids: &[u32], due: u64) {
+        let e = f.entries.iter_mut().find(|e| e.page == 0).unwrap();
+        *e = Entry {
+            page,
+            due,
+            tids: [tids[0], *tids.get(1).unwrap_or(&0)],
+            ntids: tids.len() as u8,
+            last: tids[0],
+            tries: PROBE_TRIES,
+            ..Entry::default()
+        };
+    }
+
     #[test]
-    fn while_searching_steps_take_turns_with_probes() {
-        let mut f = table();
-        let mut t = 0;
-        fail_probes(&mut f, 16, &mut t);
-        // 20 probes due first, then 20 bisection steps (task 1 below 64, task 2 above).
-        for k in 0..20u64 {
-            f.fault((2000 + 8 * k) << 12, 3, t);
+    fn while_searching_steps_go_first_narrowest_bracket_first() {
+        let mut f = searching_table();
+        // A shared page and a sample's probe, both due long ago.
+        entry(&mut f, 1 << 40, &[1, 2], 0);
+        entry(&mut f, 2 << 40, &[3], 0);
+        let t = 400 * MS;
+        // Two brackets: 64 pages wide at 1 GiB, 16 wide at 2 GiB (task 2 between them).
+        f.fault(1 << 30, 1, t);
+        f.fault((1 << 30) + (64 << 12), 2, t);
+        f.fault(2 << 30, 2, t);
+        f.fault((2 << 30) + (16 << 12), 1, t);
+        let take = |f: &mut Focus, n: usize| {
+            let mut out = [0u64; 8];
+            let n = f.take_due(t + MS, &mut out[..n]);
+            let mut v = out[..n].to_vec();
+            v.sort_unstable();
+            for &p in &v {
+                f.not_armed(p, t);
+            }
+            v
+        };
+        assert_eq!(take(&mut f, 1), [(2 << 30) + (8 << 12)], "the narrow one");
+        assert_eq!(
+            take(&mut f, 2),
+            [(1 << 30) + (32 << 12), (2 << 30) + (8 << 12)]
+        );
+        assert_eq!(
+            take(&mut f, 3),
+            [1 << 30 | 32 << 12, 2 << 30 | 8 << 12, 1 << 40],
+            "then shared"
+        );
+        assert_eq!(take(&mut f, 4).last(), Some(&(2 << 40)), "the probe last");
+        // Not searching: longest due first (the shared page and the probe).
+        let mut g = table();
+        entry(&mut g, 1 << 40, &[1, 2], 0);
+        entry(&mut g, 2 << 40, &[3], 0);
+        g.fault(1 << 30, 1, t);
+        g.fault((1 << 30) + (64 << 12), 2, t);
+        assert_eq!(take(&mut g, 2), [1 << 40, 2 << 40]);
+    }
+
+    #[test]
+    fn one_bisection_step_per_bracket() {
+        let mut f = searching_table();
+        f.fault(100 << 12, 1, 0);
+        f.fault(164 << 12, 2, 0);
+        // Task 1 faults inside the bracket while its step (page 132) waits.
+        f.fault(110 << 12, 1, MS);
+        f.fault(120 << 12, 1, MS);
+        let steps: Vec<u64> = f
+            .entries
+            .iter()
+            .filter(|e| e.page != 0 && e.ntids == 0)
+            .map(|e| e.page >> 12)
+            .collect();
+        assert_eq!(steps, [132]);
+        // A step that faulted has said whose the page is: no probe of it while searching.
+        let n = due(&mut f, 2 * MS);
+        assert_eq!(n, [132 << 12]);
+        f.fault(132 << 12, 1, 2 * MS);
+        assert!(
+            f.entries.iter().all(|e| e.page != 132 << 12),
+            "the step left the table"
+        );
+        assert_eq!(
+            due(&mut f, 3 * MS),
+            [148 << 12],
+            "the next step, from page 132"
+        );
+    }
+
+    #[test]
+    fn while_searching_few_samples_are_probed_and_edges_do_not_count() {
+        let mut f = searching_table();
+        for k in 0..4 * SAMPLE_PROBE_EVERY as u64 {
+            f.fault((4 << 30) + ((16 * k) << 12), 3, 0);
+        }
+        let probes = f
+            .entries
+            .iter()
+            .filter(|e| e.page != 0 && e.ntids == 1)
+            .count();
+        assert_eq!(probes, 4, "one sample in SAMPLE_PROBE_EVERY");
+        assert!(
+            f.entries.iter().all(|e| e.page == 0 || e.tries == 1),
+            "one try each"
+        );
+        // An edge found shared is not a probe outcome; the four samples' probes are.
+        f.fault(69 << 12, 1, 0);
+        f.fault(70 << 12, 2, 0);
+        for (round, t) in [(1, MS), (2, MS + PROBE_DELAY_NS)] {
+            for page in due(&mut f, t) {
+                // Page 69 is task 1's, then task 2 comes first; the samples are task 3's
+                // (too far from the edge for bisection steps).
+                let tid = match page >> 12 {
+                    69 => round,
+                    70 => 2,
+                    _ => 3,
+                };
+                f.fault(page, tid, t);
+            }
+        }
+        assert_eq!(f.found_shared, 1);
+        assert_eq!((f.probes.done, f.probes.shared), (20, 0));
+    }
+
+    #[test]
+    fn an_edge_found_shared_ends_the_probes_across_it() {
+        let mut f = searching_table();
+        f.fault(69 << 12, 1, 0);
+        f.fault(70 << 12, 2, 0);
+        let edges = |f: &Focus| {
+            f.entries
+                .iter()
+                .filter(|e| e.page != 0 && e.edge)
+                .map(|e| e.page >> 12)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(edges(&f).len(), 2);
+        // Page 69's first fault is task 1's; its second, a probe, task 2's: shared.
+        let mut t = MS;
+        for page in due(&mut f, t) {
+            f.fault(page, if page == 69 << 12 { 1 } else { 2 }, t);
         }
         t += PROBE_DELAY_NS;
-        for k in 0..20u64 {
-            f.fault((100 * k + 10) << 20, 1, t);
-            f.fault(((100 * k + 10) << 20) + (64 << 12), 2, t);
-        }
-        let mut out = [0u64; 8];
-        let n = f.take_due(t + MS, &mut out);
-        let probes = out[..n]
-            .iter()
-            .filter(|&&p| (2000 << 12..3000 << 12).contains(&p))
-            .count();
-        assert_eq!((n, probes), (8, 4), "{:x?}", &out[..n]);
+        assert!(due(&mut f, t).contains(&(69 << 12)));
+        f.fault(69 << 12, 2, t);
+        assert_eq!(edges(&f), [69], "page 70 needs no more probes");
     }
 
     #[test]
