@@ -3,5 +3,5 @@
 TEST_STEPS += test-mpi-sources
 
 .PHONY: test-mpi-sources
-test-mpi-sources: build-pmpi
+test-mpi-sources: build-pmpi build-layouts
 	tests/mpi-sources.sh

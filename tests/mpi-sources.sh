@@ -61,13 +61,33 @@ for impl in openmpi mpich; do
       fail "$impl $prog: the rank matrix differs from the program's known traffic"
     elif ! grep -q 'PMPI agent (MPI bytes between ranks)' "$dir/run.json"; then
       fail "$impl $prog: run.json does not name the PMPI agent as a source"
+    elif ! grep -q '"rearmed_pages": 0,' "$dir/run.json"; then
+      fail "$impl $prog: single-threaded ranks, yet the fault agent re-armed pages: $(grep -o '"rearmed_pages": [0-9]*' "$dir/run.json")"
     elif msg=$(check "$dir" 4); then
-      pass "$impl $prog: $msg, sources in matrix-sources.csv"
+      pass "$impl $prog: $msg, sources in matrix-sources.csv, no page re-armed in single-threaded ranks"
     else
       fail "$impl $prog: $msg"
     fi
   done
 done
+
+# The same default (--source both) on a rank with two busy threads (an OpenMP program under
+# mpirun): the fault agent re-arms there, and its threads' sharing is seen.
+dir=$tmp/hybrid msg=""
+if OMP_NUM_THREADS=2 timeout 120 "$huddle" run --quiet --policy none --report "$dir" -- \
+  mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -np 1 \
+  build/layouts/layout-c pipeline --seconds 2 --out-dir "$tmp" >"$tmp/log" 2>&1 &&
+  msg=$(python3 - "$dir/run.json" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["rearmed_pages"] > 0 and d["events"] > 0, (d["rearmed_pages"], d["events"])
+print(f"{d['rearmed_pages']} pages re-armed, {d['events']} events")
+PY
+  ); then
+  pass "a rank with two busy threads: $msg"
+else
+  fail "a rank with two busy threads: $(tail -3 "$tmp/log") $msg"
+fi
 
 # huddle detect: the same merge, the rank matrix beside OUT, sources and ranks in OUT.json.
 for impl in openmpi mpich; do

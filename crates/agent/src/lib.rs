@@ -90,6 +90,7 @@ use libc::{c_int, c_ulong, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 mod adopt;
+mod busy;
 mod focus;
 mod maps;
 mod rearm;
@@ -222,6 +223,11 @@ struct State {
     nregistered: usize,
     /// Pages seen shared, re-armed more often (under the lock).
     focus: focus::Focus,
+    /// Re-arm only while two threads or more are busy (see the busy module); /proc/self/task
+    /// for that (-1: not in that mode), and the threads' CPU times.
+    threads_only: bool,
+    task_dir: c_int,
+    threads: busy::Threads,
 }
 
 /// The agent's uffd (-1: none); read by the interposed ioctl.
@@ -427,6 +433,12 @@ fn start() {
         (*st).floor = env_f64(agent_env::FLOOR, 100.0);
         (*st).interval_ms = env_f64(agent_env::INTERVAL_MS, 10.0).clamp(1.0, 10_000.0) as i32;
         (*st).private = std::env::var(agent_env::PRIVATE).map_or(true, |v| v != "0");
+        (*st).threads_only = std::env::var(agent_env::THREADS_ONLY).is_ok_and(|v| v == "1");
+        (*st).task_dir = if (*st).threads_only {
+            open_high(c"/proc/self/task")
+        } else {
+            -1
+        };
         (*st).rng = (libc::getpid() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         (*st).excluded[0] = (p as u64, p as u64 + size as u64);
         (*st).ring = open_ring(&dir);
@@ -548,17 +560,32 @@ unsafe fn open_pidfd() -> c_int {
     high
 }
 
-/// Creates `DIR/agent-PID.ring` (0600, exclusive) and maps it.
+/// Creates `DIR/agent-PID.ring` (0600, exclusive) and maps it. A process that forked and
+/// then exec'd finds that name taken by the agent of its own fork child (same pid, before
+/// the exec): it takes `agent-PID.N.ring` with the first free N, and the detector reads the
+/// highest N of a pid (an exec'd program, such as every MPI rank mpirun starts, had no agent
+/// before 2026-11-26).
 unsafe fn open_ring(dir: &std::ffi::OsStr) -> *mut u8 {
     use std::os::unix::ffi::OsStrExt;
     let pid = libc::getpid();
-    let mut path = dir.as_bytes().to_vec();
-    path.extend_from_slice(format!("/agent-{pid}.ring\0").as_bytes());
-    let fd = libc::open(
-        path.as_ptr() as *const libc::c_char,
-        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-        0o600,
-    );
+    let mut fd = -1;
+    for n in 0..ring::MAX_EXECS {
+        let path = [
+            dir.as_bytes(),
+            b"/",
+            ring::file_name(pid as u32, n).as_bytes(),
+            b"\0",
+        ]
+        .concat();
+        fd = libc::open(
+            path.as_ptr() as *const libc::c_char,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o600,
+        );
+        if fd >= 0 || *libc::__errno_location() != libc::EEXIST {
+            break;
+        }
+    }
     if fd < 0 {
         return std::ptr::null_mut();
     }

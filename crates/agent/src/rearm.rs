@@ -74,7 +74,14 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             let shortest = st.interval_ms as u64 * 1_000_000;
             period = ((PAGES_PER_WAKE * 1e9 / per_s) as u64).clamp(shortest, SCAN_NS.max(shortest));
             st.budget = (st.budget + per_s * dt).min(per_s); // at most one second's worth
-            if view.header().paused.load(Ordering::Relaxed) != 0 {
+            if st.threads_only && now - st.threads.checked_ns >= busy::CHECK_NS {
+                let mut cpu = [(0u32, 0u64); busy::TRACKED];
+                let n = busy::sample(st.task_dir, &mut cpu);
+                st.threads.update(&cpu[..n], now);
+            }
+            if view.header().paused.load(Ordering::Relaxed) != 0
+                || (st.threads_only && st.threads.busy < 2)
+            {
                 st.budget = 0.0;
             }
             let n = st.budget as u64;

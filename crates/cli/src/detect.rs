@@ -242,6 +242,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         steady_floor: args.steady_floor,
         interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
         private_memory: !args.no_private,
+        threads_only: false,
     });
     let agent = match agent {
         Some(a) if !a.library.is_file() => {
@@ -294,6 +295,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if matches!(mpi, Some((_, SourceMode::Mpi))) {
         crate::run::mpi_only(&mut cfg);
     }
+    crate::run::ranks_threads_only(&mut cfg, &mpi);
     let target = Target::Spawn {
         program: program.clone(),
         args: rest.to_vec(),

@@ -156,6 +156,7 @@ pub(crate) fn detect_config(c: &Common, agent: bool) -> detect::Config {
             steady_floor: c.steady_floor,
             interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
             private_memory: true,
+            threads_only: false,
         }),
         // A thread's pages can only follow it if the detector records who touches them;
         // a whole process takes all its private memory along.
@@ -174,6 +175,15 @@ pub(crate) fn mpi_only(cfg: &mut detect::Config) {
     cfg.sampled = detect::perf::Sampled::TasksOnly;
     cfg.agent = None;
     cfg.page_owners = 0;
+}
+
+/// `--source both`: the PMPI agent counts the traffic between ranks, so the fault agent
+/// re-arms only in ranks with two busy threads or more (hybrid MPI + threads); in a
+/// single-threaded rank its faults could find nothing and cost the rank time (docs/pmpi.md).
+pub(crate) fn ranks_threads_only(cfg: &mut detect::Config, mpi: &Option<(MpiTraffic, SourceMode)>) {
+    if let (Some(a), Some((_, SourceMode::Both))) = (cfg.agent.as_mut(), mpi) {
+        a.threads_only = true;
+    }
 }
 
 /// Options checked, machine loaded, policy made. `cpus`: the OS CPUs the program may run on
@@ -345,6 +355,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if matches!(mpi, Some((_, SourceMode::Mpi))) {
         mpi_only(&mut cfg);
     }
+    ranks_threads_only(&mut cfg, &mpi);
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),

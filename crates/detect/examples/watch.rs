@@ -14,6 +14,7 @@ fn main() {
             steady_floor: detect::DEFAULT_STEADY_FLOOR,
             interval_ms: 10,
             private_memory: true,
+            threads_only: false,
         });
     }
     let mut s = Session::start(

@@ -22,6 +22,9 @@ pub const INTERVAL_MS: &str = "HUDDLE_AGENT_INTERVAL_MS";
 pub const PRIVATE: &str = "HUDDLE_AGENT_PRIVATE";
 /// "0": save dropped private pages by copy, not with UFFDIO_MOVE.
 pub const MOVE: &str = "HUDDLE_AGENT_MOVE";
+/// "1": re-arm only while two threads of the process or more are busy (another source
+/// counts the traffic between processes: the PMPI agent's, for MPI ranks).
+pub const THREADS_ONLY: &str = "HUDDLE_AGENT_THREADS_ONLY";
 
 /// `env` (the program's environment) with the agent preloaded and configured by `cfg`, its
 /// ring going to `dir`: the agent's library goes first in LD_PRELOAD, and any agent settings
@@ -51,6 +54,9 @@ pub fn environment(
         PRIVATE.into(),
         if cfg.private_memory { "1" } else { "0" }.into(),
     ));
+    if cfg.threads_only {
+        env.push((THREADS_ONLY.into(), "1".into()));
+    }
     env
 }
 
@@ -159,6 +165,7 @@ mod tests {
             steady_floor: 75,
             interval_ms: 10,
             private_memory: false,
+            threads_only: false,
         };
         let env = vec![
             ("LD_PRELOAD".into(), "/lib/other.so".into()),

@@ -1,6 +1,6 @@
 //! The shared-memory ring through which the preloaded agent reports to the detector.
 //!
-//! One file per target process, `agent-<pid>.ring` in the session's private directory
+//! One file per target process, `agent-<pid>.ring` (see [`file_name`]) in the session's private directory
 //! (mode 0700, file 0600): a header with counters and a single-producer single-consumer
 //! ring of [`Record`]s. The agent (producer) writes records then publishes `head`
 //! (release); the detector reads up to `head` (acquire) and publishes `tail`. When the ring
@@ -12,6 +12,25 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
 pub const VERSION: u32 = 7;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
+/// Ring files one process may create: its first, and one per program it exec'd after a fork.
+pub const MAX_EXECS: u32 = 16;
+
+/// The ring file of process `pid`: `agent-PID.ring`, or `agent-PID.N.ring` for the N-th
+/// program it exec'd after a fork (the agent of the fork child, which is the same process
+/// before the exec, holds the first name; the detector reads the highest N of a pid).
+pub fn file_name(pid: u32, n: u32) -> String {
+    match n {
+        0 => format!("agent-{pid}.ring"),
+        n => format!("agent-{pid}.{n}.ring"),
+    }
+}
+
+/// (pid, N) of a ring file name made by [`file_name`].
+pub fn parse_file_name(name: &str) -> Option<(u32, u32)> {
+    let rest = name.strip_prefix("agent-")?.strip_suffix(".ring")?;
+    let (pid, n) = rest.split_once('.').unwrap_or((rest, "0"));
+    Some((pid.parse().ok()?, n.parse().ok()?))
+}
 
 /// Why private (non-shared) memory is or is not being re-armed.
 pub mod private_mode {
@@ -157,6 +176,17 @@ impl RingView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_file_names_name_the_process_and_its_exec() {
+        assert_eq!(file_name(42, 0), "agent-42.ring");
+        assert_eq!(file_name(42, 3), "agent-42.3.ring");
+        for n in [0, 1, 15] {
+            assert_eq!(parse_file_name(&file_name(7, n)), Some((7, n)));
+        }
+        assert_eq!(parse_file_name("agent-x.ring"), None);
+        assert_eq!(parse_file_name("other-1.ring"), None);
+    }
 
     #[test]
     fn push_drain_and_drop_when_full() {

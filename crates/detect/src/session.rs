@@ -67,6 +67,9 @@ pub struct AgentConfig {
     pub interval_ms: u32,
     /// Also re-arm private anonymous memory (userfaultfd drop and restore; see the agent).
     pub private_memory: bool,
+    /// Re-arm in a process only while two of its threads or more are busy: for MPI ranks,
+    /// whose traffic between processes the PMPI agent counts (see the agent's busy module).
+    pub threads_only: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -453,8 +456,13 @@ impl Session {
                         "; its own fault reports are the only event source"
                     } else {
                         ""
-                    }
-                ),
+                    },
+                ) + if a.threads_only {
+                    "; only in processes with two busy threads or more (MPI ranks: the PMPI \
+                     agent counts their traffic)"
+                } else {
+                    ""
+                },
             });
         }
         if let Err(ExecFailed(code)) = child.release() {
@@ -754,7 +762,21 @@ impl Session {
                 continue;
             }
             if let Some(r) = map_ring(&path) {
-                self.ring_of_pid.insert(r.view.header().pid, path.clone());
+                // The highest N of a pid is its program now: the lower ones belong to the
+                // fork child it was before an exec (see ring::file_name).
+                let pid = r.view.header().pid;
+                let n = |p: &Path| {
+                    p.file_name()
+                        .and_then(|f| ring::parse_file_name(&f.to_string_lossy()))
+                        .map_or(0, |(_, n)| n)
+                };
+                if self
+                    .ring_of_pid
+                    .get(&pid)
+                    .is_none_or(|old| n(old) < n(&path))
+                {
+                    self.ring_of_pid.insert(pid, path.clone());
+                }
                 self.rings.insert(path, r);
             }
         }
@@ -768,10 +790,15 @@ impl Session {
         use std::sync::atomic::Ordering::Relaxed;
         // SAFETY: kill with signal 0 only checks that the process exists.
         let alive = |pid: u32| unsafe { libc::kill(pid as i32, 0) } == 0;
+        // A ring replaced by the one of an exec'd program (same pid) is not an agent any more.
         let live: Vec<&AgentRing> = self
             .rings
-            .values()
-            .filter(|r| alive(r.view.header().pid))
+            .iter()
+            .filter(|(path, r)| {
+                let pid = r.view.header().pid;
+                alive(pid) && self.ring_of_pid.get(&pid) == Some(*path)
+            })
+            .map(|(_, r)| r)
             .collect();
         // A floor of 0 stays 0 (the header's 0 means "use your own", which is 0 too).
         let share = match self.agent_floor {
