@@ -31,4 +31,4 @@ print("|---|---|---:|---|---|---|")
 for lang, p, iters in (("c", "halo", 16000), ("f", "stencil", 8000)):
     r, c, same = layouts.overhead(lang, p, 16, iters)
     print(f"| layout-{lang} | {p} | {iters} | {statistics.median(r):.3f} ({', '.join(f'{x:.3f}' for x in r)}) | "
-          f"{statistics.median(c):.3f} ({', '.join(f'{x:.3f}' for x in c)}) | {'yes' if same else 'NO'} |", flush=True)
+          f"{statistics.median(c):.3f} ({', '.join(f'{x:.3f}' for x in c)}) | {layouts.same_checksum(same)} |", flush=True)
