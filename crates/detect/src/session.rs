@@ -731,6 +731,15 @@ impl Session {
                     let i = self.register(pid, tid, time);
                     if self.granularity == Granularity::Thread || pid == tid {
                         if comm == "huddle-agent" {
+                            // Registered as a program thread (its name unreadable then: an
+                            // agent helper of a program that exec'd at once) and counted
+                            // as one: not any more, or the program would never look
+                            // single-threaded while its master initialises.
+                            if !self.tasks[i].agent && !self.tasks[i].exited {
+                                if let Some(n) = self.threads_of_pid.get_mut(&pid) {
+                                    *n = n.saturating_sub(1);
+                                }
+                            }
                             self.tasks[i].agent = true;
                         } else if !self.tasks[i].agent {
                             self.tasks[i].comm = comm;
