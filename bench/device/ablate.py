@@ -42,7 +42,8 @@ configs = {
 }
 only = os.environ.get("ABLATE_ONLY")
 if only:
-    configs = {k: v for k, v in configs.items() if k in ("os", "compact") or any(w in k for w in only.split(","))}
+    words = [w.strip() for w in only.split(",") if w.strip()]  # an empty word would match all
+    configs = {k: v for k, v in configs.items() if k in ("os", "compact") or any(w in k for w in words)}
 times = {k: [] for k in configs}
 for r in range(ROUNDS):
     order = list(configs) if r % 2 == 0 else list(reversed(configs))
@@ -53,6 +54,9 @@ for r in range(ROUNDS):
         if p.returncode != 0:
             sys.exit(f"ablate: {name} failed: {p.stderr[-300:]}")
         times[name].append(time.monotonic() - t)
+        # Each run as it ends, on stderr (the stage's log): a stage stopped by its time limit
+        # still leaves its runs.
+        print(f"round {r} {name}: {times[name][-1]:.2f} s", file=sys.stderr, flush=True)
 cpu = {}
 for name, cmd in configs.items():
     if cmd[0] != HUDDLE:
