@@ -92,16 +92,7 @@ fn parse_tid(name: &[u8]) -> Option<u32> {
 /// CPU time of thread `tid` of this process (0 once it is gone): its CPU clock, as the
 /// kernel encodes a thread's scheduler clock (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)).
 fn thread_cpu_ns(tid: u32) -> u64 {
-    let clock = (!(tid as libc::clockid_t) << 3) | 6;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is ours; an unknown clock is an error, not undefined behaviour.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    super::clock_ns((!(tid as libc::clockid_t) << 3) | 6)
 }
 
 #[cfg(test)]

@@ -615,6 +615,7 @@ unsafe fn open_ring(dir: &std::ffi::OsStr) -> *mut u8 {
     p as *mut u8
 }
 
+/// The clock's time in ns (0 for a clock that does not exist, such as a thread's that ended).
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -12,12 +12,12 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
 pub const VERSION: u32 = 7;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
-/// Ring files one process may create: its first, and one per program it exec'd after a fork.
+/// Ring files one process may create: its first, and one per program exec'd in it.
 pub const MAX_EXECS: u32 = 16;
 
 /// The ring file of process `pid`: `agent-PID.ring`, or `agent-PID.N.ring` for the N-th
-/// program it exec'd after a fork (the agent of the fork child, which is the same process
-/// before the exec, holds the first name; the detector reads the highest N of a pid).
+/// program exec'd in it (the agent of what ran there before the exec, a fork child's or a
+/// shell's, holds the earlier name; the detector reads the highest N of a pid).
 pub fn file_name(pid: u32, n: u32) -> String {
     match n {
         0 => format!("agent-{pid}.ring"),
