@@ -55,7 +55,7 @@ pub struct Common {
     pub simmer_confidence: f64,
     /// Communication events needed before a decision (first-touch noise guard); at least 18
     /// per busy task in any case
-    #[arg(long, default_value_t = manager::run::DEFAULT_MIN_TRAFFIC, value_name = "EVENTS")]
+    #[arg(long, default_value_t = manager::decide::DEFAULT_MIN_TRAFFIC, value_name = "EVENTS")]
     pub min_traffic: f64,
     /// Where the matrix comes from: faults (page faults), mpi (the PMPI agent's exact byte
     /// counts between MPI ranks), both (MPI between ranks, page faults inside a rank).

@@ -189,7 +189,7 @@ fn quality(
         Some(d) => cost_of(d)?,
         None => {
             let all = target.allowed_pus();
-            manager::run::expected_cost(truth, target, &vec![all; tids.len()])
+            manager::decide::expected_cost(truth, target, &vec![all; tids.len()])
         }
     };
     let opts = Options {

@@ -9,19 +9,26 @@
 //! - [`idle`] tells which tasks do not run, so that mapping leaves them out.
 //! - [`policy`] says what to aim for (`comm`, `static:ALGO`, `none`); [`simmer_policy`] runs
 //!   SIMMer's rules on the PMPI agent's board.
-//! - [`run`] is the loop; [`observe`] plugs a detection session into it, and [`mpi`] merges
-//!   the PMPI agent's exact MPI traffic into it; [`node`] shows it one node's ranks of an MPI
-//!   job (`huddle node`).
+//! - [`run`] is the loop, in four steps: [`sample`] (where the live tasks run and may run),
+//!   [`decide`] (the policy's proposal, judged), [`act`] (pinning and pages) and [`record`]
+//!   (what the report keeps). It reads an [`observer::Observer`]: [`observe`] plugs a
+//!   detection session into it, and [`mpi`] merges the PMPI agent's exact MPI traffic into
+//!   it; [`node`] shows it one node's ranks of an MPI job (`huddle node`).
 
+pub mod act;
 pub mod actuate;
 pub mod control;
+pub mod decide;
 pub mod idle;
 pub mod ledger;
 pub mod mpi;
 pub mod node;
 pub mod observe;
+pub mod observer;
 pub mod pages;
 pub mod policy;
 pub use detect::procs;
+pub mod record;
 pub mod run;
+pub mod sample;
 pub mod simmer_policy;

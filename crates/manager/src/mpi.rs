@@ -10,7 +10,7 @@
 //! 256 by default) touched by a second task, so MPI bytes are counted as bytes / block size
 //! events. With `--source mpi` the scale does not matter.
 
-use crate::run::TaskInfo;
+use crate::observer::TaskInfo;
 use matrix::CommMatrix;
 use simmer::board::Board;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@
 //! ends when every local rank has finalized or died ([`all_done`]).
 
 use crate::observe::Detected;
-use crate::run::{Exit, Observer, TaskInfo};
+use crate::observer::{Exit, Observer, TaskInfo};
 use matrix::CommMatrix;
 use simmer::board::{Board, RankSlot, SlotState, Snapshot};
 use std::collections::{BTreeMap, HashSet};

@@ -1,7 +1,7 @@
 //! Detection sessions as the loop's [`Observer`].
 
 use crate::mpi::{self, CellSource, MpiTraffic, SourceMode};
-use crate::run::{Exit, Observer, TaskInfo};
+use crate::observer::{Exit, Observer, TaskInfo};
 use detect::{Session, TargetExit};
 use matrix::CommMatrix;
 

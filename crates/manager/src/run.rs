@@ -1,93 +1,17 @@
-//! The loop: observe, propose, decide, act, record.
+//! The loop: sample -> decide -> act -> record, once an interval, until the program ends.
+//! Each step is a module of its own ([`crate::sample`], [`crate::decide`], [`crate::act`],
+//! [`crate::record`]); this one runs them and handles signals and the end of the run.
 
-use crate::actuate::{self, PinError};
-use crate::control::{Controller, Verdict};
-use crate::idle::IdleTracker;
+use crate::act::Actuator;
+use crate::control::Controller;
+use crate::decide::{Decider, Live, Outcome};
+use crate::observer::{Exit, Observer, TaskInfo};
 use crate::policy::Policy;
-use crate::procs;
+use crate::record::{Closing, Recorder};
+use crate::sample::Sampler;
 use mapping::Target;
-use matrix::CommMatrix;
-use report::{Decision, Placement, RunData, RunInfo, Sample, Snapshot, TaskRecord};
-use std::collections::HashMap;
+use report::RunData;
 use std::time::{Duration, Instant};
-
-/// One task as the observer knows it, in the order tasks appeared.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TaskInfo {
-    pub tid: u32,
-    pub pid: u32,
-    pub comm: String,
-    /// Seconds since the run started.
-    pub first_seen: f64,
-    /// The task is a whole process (`--processes`): its CPU time and its pinning cover all
-    /// its threads.
-    pub whole_process: bool,
-}
-
-/// How the program ended.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Exit {
-    Code(i32),
-    Signal(i32),
-}
-
-/// Where communication comes from: a detection session on a launched or attached program.
-pub trait Observer {
-    /// The program's main process.
-    fn pid(&self) -> u32;
-    /// Processes pending events; returns how many were processed.
-    fn poll(&mut self) -> u64;
-    /// Blocks up to `timeout`, returning early when events pile up (a ring buffer reached
-    /// its watermark), so the loop sleeps long without losing events.
-    fn wait(&self, timeout: Duration) {
-        std::thread::sleep(timeout);
-    }
-    /// Processes everything still buffered, once the program has ended.
-    fn flush(&mut self) -> u64 {
-        self.poll()
-    }
-    /// The matrix over every task seen so far, and those tasks, in the same order.
-    fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>);
-    /// Ages the matrix after a migration (M -= M >> 2) so new behaviour shows quickly.
-    fn age(&mut self);
-    fn lost(&self) -> u64;
-    /// What the events come from, for the report.
-    fn source(&self) -> String;
-    /// Messages the report should show (fallbacks, missing privileges).
-    fn notes(&self) -> Vec<String>;
-    /// Where each cell of the (symmetrized) matrix came from ("faults", "mpi", "" for none),
-    /// where the observer merges several sources.
-    fn cell_sources(&self) -> Option<Vec<Vec<&'static str>>> {
-        None
-    }
-    /// The page-fault matrix alone, where the snapshot merges it with another source.
-    fn fault_matrix(&self) -> Option<CommMatrix> {
-        None
-    }
-    /// For each task of the snapshot, the MPI rank whose MPI-calling thread it is.
-    fn mpi_ranks(&self) -> Vec<Option<usize>> {
-        Vec::new()
-    }
-    /// The program's exit, once it has ended (None while it runs, or when attached).
-    fn try_wait(&mut self) -> Option<Exit>;
-    /// Whether the program is still there (for attached programs that are not our child).
-    fn alive(&self) -> bool;
-    /// CPU seconds of helper threads the observer put into the program (0 when none).
-    fn agent_cpu_s(&self) -> f64 {
-        0.0
-    }
-    /// Pages the agents re-armed for extra faults so far (0 without agents).
-    fn rearmed_pages(&self) -> u64 {
-        0
-    }
-    /// Page addresses (in the task's process, ascending) that task `task` (an index of the
-    /// snapshot) was seen touching last; empty when not recorded.
-    fn owned_pages(&self, _task: usize) -> Vec<u64> {
-        Vec::new()
-    }
-    /// Pauses or resumes the extra faults (huddle got SIGUSR1 / SIGUSR2).
-    fn set_paused(&mut self, _paused: bool) {}
-}
 
 /// Whose program it is: what huddle's signals mean, and what is left when huddle stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,57 +50,17 @@ pub struct Config {
     pub status_line: bool,
     /// Stop managing after this long even if the program runs on (attach mode).
     pub max_seconds: Option<f64>,
-    /// Communication (matrix total over live tasks) required before the first decision:
-    /// the first faults are mostly first-touch initialisation, not the program's pattern.
+    /// Communication required before the first decision
+    /// ([`crate::decide::DEFAULT_MIN_TRAFFIC`]).
     pub min_traffic: f64,
     pub command: Vec<String>,
     pub machine_description: String,
 }
 
-/// Default for [`Config::min_traffic`].
-pub const DEFAULT_MIN_TRAFFIC: f64 = 64.0;
-/// ... and at least this much per mapped task: with less, chance decides which of equally
-/// strong links look weakest. pipeline x8 threads, 8 runs each, alternating (2026-11-25):
-/// at 18 per task the first remap came at 1.02-1.13 s, one of them wrong (two chain links cut)
-/// and never mended; at 12, at 0.73-0.92 s, three wrong and all mended by 1.82 s (first
-/// correct remap: median 0.87 s). A wrong early remap still beats floating (about 3.5 links
-/// cut on average), so acting sooner wins. (The mapper's own share of wrong cuts was mended in
-/// crates/mapping/src/drb.rs: its bisection grew from the heaviest stage.)
-pub const MIN_TRAFFIC_PER_TASK: f64 = 12.0;
-
 /// A pending signal huddle should pass on to the program (set from a signal handler).
 pub static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 /// A signal that tells huddle to let an attached program go (set from a signal handler).
 static DETACH: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-/// Live tasks of the snapshot: their indices in the matrix.
-fn live(matrix: &CommMatrix, tasks: &[TaskInfo]) -> Vec<usize> {
-    (0..tasks.len())
-        .filter(|&i| i < matrix.n())
-        .filter(|&i| {
-            std::path::Path::new(&format!("/proc/{}/task/{}", tasks[i].pid, tasks[i].tid)).exists()
-        })
-        .collect()
-}
-
-/// Keeps the items of `v` whose entry in `keep` is true.
-fn keep_where<T>(v: &mut Vec<T>, keep: &[bool]) {
-    let mut k = keep.iter();
-    v.retain(|_| *k.next().unwrap_or(&true));
-}
-
-/// The matrix restricted to the tasks `idx`, symmetrized.
-fn restrict(matrix: &CommMatrix, idx: &[usize]) -> CommMatrix {
-    let mut sub = CommMatrix::zeros(idx.len());
-    for (a, &i) in idx.iter().enumerate() {
-        for (b, &j) in idx.iter().enumerate() {
-            if a != b {
-                sub.set(a, b, matrix.get(i, j));
-            }
-        }
-    }
-    sub.symmetrized()
-}
 
 /// Runs the loop until the program ends (or `max_seconds`), then returns everything the
 /// report needs. Acting failures (a thread that exits, EPERM) are recorded, never fatal.
@@ -186,311 +70,67 @@ pub fn manage(obs: &mut dyn Observer, target: &Target, cfg: Config) -> RunData {
 
 /// [`manage`], also saying why the loop ended. With [`Ownership::Attached`] the program's
 /// affinity masks are as they were before (see [`crate::ledger`]) when this returns.
-pub fn manage_until(obs: &mut dyn Observer, target: &Target, mut cfg: Config) -> (RunData, Stop) {
-    let start = Instant::now();
-    let mut ledger = match cfg.ownership {
+pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (RunData, Stop) {
+    let mut record = Recorder::new();
+    let ledger = match cfg.ownership {
         Ownership::Launched => crate::ledger::Ledger::launched(),
         Ownership::Attached => crate::ledger::Ledger::attached(obs.pid()),
     };
-    let started_unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
-    let huddle_cpu0 = procs::own_cpu_seconds();
-    let tick = procs::ticks_per_second();
-    let mut data = RunData::default();
-    let mut pinned: HashMap<u32, usize> = HashMap::new(); // tid -> slot
-                                                          // The previous interval's proposal: (task ids, slots).
-    let mut last_proposal: Option<(Vec<u32>, Vec<usize>)> = None;
-    let mut cpu_ticks: HashMap<u32, u64> = HashMap::new();
-    let mut idle = IdleTracker::default();
-    let mut total_events = 0u64;
-    let mut last_snapshot = -1.0f64;
-    let mut last_remap: Option<(f64, f64)> = None;
-    let mut notes: Vec<String> = Vec::new();
-    let os_to_slot: HashMap<u32, usize> = (0..target.num_pus())
-        .map(|g| (target.os_index(g), g))
-        .collect();
-    let nodes: std::collections::BTreeSet<(usize, Option<u32>)> = target
-        .allowed_pus()
-        .into_iter()
-        .map(|g| (target.node_of(g), target.pu(g).numa))
-        .collect();
-    let mut mover = (cfg.page_budget > 0 && nodes.len() > 1)
-        .then(|| crate::pages::PageMover::new(cfg.page_budget));
-    if cfg.page_budget > 0 && mover.is_none() {
-        notes.push(
-            "--move-pages: the allowed PUs share one NUMA node, so no page has to move".into(),
-        );
-    }
+    let mut sampler = Sampler::new(target);
+    let mut decider = Decider::new(cfg.policy, cfg.controller, cfg.min_traffic);
+    let mut act = Actuator::new(ledger, target, cfg.page_budget);
     let mut stop = Stop::Ended;
     let exit = loop {
-        // Events are drained after every slice; a slice ends early when a buffer fills, and
-        // lasts at most 100 ms so exits and signals are handled promptly.
-        let wake = Instant::now() + Duration::from_millis(cfg.controller.interval_ms);
-        let mut exit = None;
-        let mut events = 0;
-        let mut detach = 0;
-        while Instant::now() < wake && exit.is_none() {
-            match cfg.ownership {
-                Ownership::Launched => forward_signal(obs.pid()),
-                Ownership::Attached => {
-                    detach = DETACH.swap(0, std::sync::atomic::Ordering::SeqCst);
-                    if detach != 0 {
-                        break;
-                    }
-                }
-            }
-            if let Some(paused) = detect::signals::take_pause() {
-                obs.set_paused(paused);
-            }
-            exit = obs.try_wait();
-            if exit.is_some() || !obs.alive() {
-                // Ended: no wait for more events (what is left is drained below).
-                break;
-            }
-            let left = wake.saturating_duration_since(Instant::now());
-            obs.wait(left.min(Duration::from_millis(100)));
-            events += obs.poll();
-        }
-        events += obs.poll();
+        let interval_ms = decider.controller.interval_ms;
+        let (events, exit, detach) = wait_interval(obs, cfg.ownership, interval_ms);
         if detach != 0 {
             // No decision after the signal: the program is let go as it is.
             stop = Stop::Signal(detach);
-            total_events += events;
+            record.count_events(events);
             break None;
         }
-        let t = start.elapsed().as_secs_f64();
-        let interval_s = cfg.controller.interval_ms as f64 / 1000.0;
-        total_events += events;
+        let t = record.elapsed();
+        let interval_s = interval_ms as f64 / 1000.0;
+
+        // 1. Sample: where the live tasks run and may run.
         let (matrix, tasks) = obs.snapshot();
-        let mut live_idx = live(&matrix, &tasks);
-
-        // Where each live task runs now, and where it may run (its affinity mask).
-        let mut current = Vec::with_capacity(live_idx.len());
-        let mut masks = Vec::with_capacity(live_idx.len());
-        for &i in &live_idx {
-            let task = &tasks[i];
-            // A whole process's stat sums its threads' CPU time (and names its leader's CPU).
-            let stat_path = if task.whole_process {
-                format!("/proc/{}/stat", task.pid)
-            } else {
-                format!("/proc/{}/task/{}/stat", task.pid, task.tid)
-            };
-            let stat = procs::read_stat(std::path::Path::new(&stat_path));
-            if let Some(st) = &stat {
-                cpu_ticks.insert(task.tid, st.cpu_ticks);
-                idle.observe(task.tid, t, st.cpu_ticks as f64 / tick);
-                data.placements.push(Placement {
-                    t,
-                    task: i,
-                    pu: st.processor,
-                });
-            }
-            let here = stat
-                .and_then(|s| os_to_slot.get(&s.processor).copied())
-                .unwrap_or(0);
-            let mut mask: Vec<usize> = actuate::get_affinity(task.tid)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|os| os_to_slot.get(os).copied())
-                .collect();
-            // A task pinned to one PU is there (or will be at its next wake-up), whatever CPU
-            // /proc says it last ran on: a sleeping task keeps reporting the old one.
-            let slot = match mask.as_slice() {
-                [only] => *only,
-                _ => pinned.get(&task.tid).copied().unwrap_or(here),
-            };
-            current.push(slot);
-            if mask.is_empty() {
-                mask.push(slot);
-            }
-            masks.push(mask);
-        }
-        data.samples.push(Sample {
-            t,
-            events,
-            lost: obs.lost(),
-            events_per_s: events as f64 / interval_s.max(1e-3),
-            tasks: live_idx.len(),
-        });
-        if t - last_snapshot >= 1.0 && matrix.n() > 0 {
-            data.snapshots.push(Snapshot {
-                t,
-                matrix: matrix.symmetrized().to_rows(),
-            });
-            last_snapshot = t;
-        }
-
+        let mut sampled = sampler.sample(t, &matrix, &tasks, act.pinned());
+        record.tick(t, events, obs.lost(), interval_s, &matrix, &sampled);
         // Policies that map the matrix leave idle tasks out (they keep the PUs they have).
-        let live_tids: Vec<u32> = live_idx.iter().map(|&i| tasks[i].tid).collect();
-        idle.retain(&live_tids);
-        if cfg.policy.needs_traffic() {
-            let busy: Vec<bool> = live_tids.iter().map(|&tid| !idle.is_idle(tid, t)).collect();
-            keep_where(&mut live_idx, &busy);
-            keep_where(&mut current, &busy);
-            keep_where(&mut masks, &busy);
+        if decider.needs_traffic() {
+            sampler.leave_idle_out(&mut sampled, &tasks, t);
         }
-        let sub = restrict(&matrix, &live_idx);
-        let live_tasks: Vec<TaskInfo> = live_idx.iter().map(|&i| tasks[i].clone()).collect();
-        let needed = cfg
-            .min_traffic
-            .max(MIN_TRAFFIC_PER_TASK * live_idx.len() as f64);
-        let enough = !cfg.policy.needs_traffic() || sub.total() >= needed;
-        let proposal = if enough && !live_idx.is_empty() {
-            let ctx = crate::policy::Context {
-                matrix: &sub,
-                target,
-                current: &current,
-                tasks: &live_tasks,
-            };
-            cfg.policy.propose(&ctx)
-        } else {
-            None
+
+        // 2. Decide.
+        let live_tasks: Vec<TaskInfo> = sampled.live.iter().map(|&i| tasks[i].clone()).collect();
+        let sub = crate::decide::live_matrix(&matrix, &sampled.live);
+        let live = Live {
+            matrix: &sub,
+            tasks: &live_tasks,
+            current: &sampled.current,
+            masks: &sampled.masks,
         };
-        if let Some(proposal) = proposal {
-            let cost_now = expected_cost(&sub, target, &masks);
-            let cost_new = mapping::cost::evaluate_matrix(&sub, target, &proposal.slots).cost;
-            let cur_os: Vec<u32> = current.iter().map(|&g| target.os_index(g)).collect();
-            let new_os: Vec<u32> = proposal.slots.iter().map(|&g| target.os_index(g)).collect();
-            let interval_ms = cfg.controller.interval_ms;
-            // The last interval's proposal, costed on this matrix (same tasks only).
-            let live_tids: Vec<u32> = live_idx.iter().map(|&i| tasks[i].tid).collect();
-            let previous_cost = match &last_proposal {
-                Some((tids, slots)) if *tids == live_tids => {
-                    Some(mapping::cost::evaluate_matrix(&sub, target, slots).cost)
-                }
-                _ => None,
-            };
-            last_proposal = Some((live_tids, proposal.slots.clone()));
-            let pus = target.allowed_pus().len();
-            let new_masks: Vec<[usize; 1]> = proposal.slots.iter().map(|&s| [s]).collect();
-            let stacked_now = crate::control::stacked(&masks, pus)
-                .filter(|_| crate::control::stacked(&new_masks, pus).is_none());
-            let mut reason = proposal.reason.clone();
-            let verdict = if let Some((slot, k)) = stacked_now {
-                // A repair, not an optimisation: no threshold, no confirmation interval.
-                reason = format!(
-                    "{k} busy tasks are pinned to PU {} while a balanced placement has at most {}: rebalanced ({})",
-                    target.os_index(slot),
-                    live_idx.len().div_ceil(pus.max(1)),
-                    proposal.reason
+        if let Outcome::Judged(choice) = decider.decide(t, target, &live) {
+            // 3. Act.
+            if choice.migrate {
+                act.migrate(
+                    obs,
+                    target,
+                    &tasks,
+                    &sampled.live,
+                    &sampled.current,
+                    &choice,
                 );
-                cfg.controller.accept(t, &cur_os);
-                Verdict::Migrate {
-                    gain: (cost_now - cost_new) / cost_now.max(1e-12),
-                }
-            } else if !proposal.self_judged
-                && cost_new <= cost_now * (1.0 + 1e-9)
-                && (cost_now - cost_new) < cfg.controller.threshold * cost_now
-                && crate::control::floating_to_pin(&masks, &proposal.slots, pus)
-            {
-                // Below the threshold the controller would keep them floating; pinned, they
-                // keep their caches ([`crate::control::floating_to_pin`]).
-                reason = format!(
-                    "{} busy tasks floated over the PUs: pinned one per PU at no more \
-                     communication cost ({})",
-                    live_idx.len(),
-                    proposal.reason
-                );
-                cfg.controller.accept(t, &cur_os);
-                Verdict::Migrate {
-                    gain: (cost_now - cost_new) / cost_now.max(1e-12),
-                }
-            } else if !proposal.self_judged {
-                cfg.controller
-                    .decide(t, &cur_os, cost_now, &new_os, cost_new, previous_cost)
-            } else if new_os == cur_os
-                && (proposal.only_moved
-                    || masks
-                        .iter()
-                        .zip(&proposal.slots)
-                        .all(|(m, &s)| m.as_slice() == [s]))
-            {
-                // Live: where the tasks run (SIMMer moves single ranks), or, for a placement
-                // applied as chosen, every task pinned there.
-                Verdict::Keep {
-                    reason: "the policy's placement is already live".into(),
-                }
-            } else {
-                cfg.controller.accept(t, &cur_os);
-                Verdict::Migrate {
-                    gain: (cost_now - cost_new) / cost_now.max(1e-12),
-                }
-            };
-            let (action, gain, reason) = match verdict {
-                Verdict::Migrate { gain } => {
-                    for (k, &i) in live_idx.iter().enumerate() {
-                        let task = &tasks[i];
-                        // SIMMer moves only the tasks it named; the others keep running
-                        // where the scheduler puts them.
-                        if proposal.only_moved && proposal.slots[k] == current[k] {
-                            continue;
-                        }
-                        let pinned_now = if task.whole_process {
-                            ledger.pin_process(task.pid, &[new_os[k]])
-                        } else {
-                            ledger.pin_thread(task.pid, task.tid, &[new_os[k]])
-                        };
-                        match pinned_now {
-                            Ok(()) => {
-                                pinned.insert(task.tid, proposal.slots[k]);
-                            }
-                            Err(PinError::Gone(_)) => {}
-                            Err(e) => push_note(&mut notes, e.to_string()),
-                        }
-                        if let (Some(m), Some(node)) =
-                            (mover.as_mut(), numa_os_index(target, proposal.slots[k]))
-                        {
-                            let ranges = if task.whole_process {
-                                actuate::private_ranges(task.pid)
-                            } else {
-                                crate::pages::ranges_of(&obs.owned_pages(i), page_size())
-                            };
-                            m.follow(task.tid, task.pid, node, ranges);
-                        }
-                    }
-                    obs.age();
-                    last_remap = Some((t, gain));
-                    ("migrate", gain, reason)
-                }
-                Verdict::Keep { reason } => {
-                    ("keep", (cost_now - cost_new) / cost_now.max(1e-12), reason)
-                }
-            };
-            data.decisions.push(Decision {
-                t,
-                interval_ms,
-                action: action.into(),
-                cost_current: cost_now,
-                cost_new,
-                predicted_gain: gain,
-                mapping: if action == "migrate" { new_os } else { cur_os },
-                tasks: live_idx.clone(),
-                reason,
-            });
-        } else if !enough {
-            cfg.controller.filling(sub.total());
-        } else {
-            cfg.controller.hold();
-        }
-        if let Some(m) = mover.as_mut() {
-            for e in m.step() {
-                push_note(&mut notes, e);
+                obs.age();
             }
+            // 4. Record.
+            record.decision(t, &sampled.live, &choice);
         }
+        act.move_pages();
         if cfg.status_line {
-            let remap = last_remap.map_or("no remap yet".to_string(), |(at, g)| {
-                format!(
-                    "last remap {:.1}s ago ({:.0}% predicted gain)",
-                    t - at,
-                    g * 100.0
-                )
-            });
-            eprint!(
-                "\rhuddle: {} tasks, {:.0} events/s, {remap}\x1b[K",
-                live_idx.len(),
-                events as f64 / interval_s.max(1e-3)
-            );
+            let line =
+                record.status_line(t, sampled.live.len(), events as f64 / interval_s.max(1e-3));
+            eprint!("\r{line}\x1b[K");
         }
         if let Some(e) = exit {
             break Some(e);
@@ -507,92 +147,70 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, mut cfg: Config) ->
         eprintln!();
     }
     if cfg.ownership == Ownership::Attached {
-        let restored = ledger.restore();
-        let why = match stop {
+        act.let_go(&match stop {
             Stop::Ended => "the program ended".to_string(),
             Stop::TimeUp => "--seconds passed".to_string(),
             Stop::Signal(s) => format!("huddle got {}", signal_name(s)),
-        };
-        push_note(
-            &mut notes,
-            format!(
-                "detached ({why}): the program was not signalled; {} of the {} threads huddle pinned had their affinity mask put back{}",
-                restored.threads,
-                ledger.changed(),
-                if ledger.changed() > restored.threads {
-                    " (the others had ended, or had set their own mask since)"
-                } else {
-                    ""
-                }
-            ),
-        );
-        for f in restored.failures {
-            push_note(&mut notes, format!("affinity not put back: {f}"));
-        }
+        });
     }
-
-    total_events += obs.flush();
-    let (matrix, tasks) = obs.snapshot();
-    let mpi_ranks = obs.mpi_ranks();
-    let duration = start.elapsed().as_secs_f64();
-    data.tasks = tasks
-        .iter()
-        .enumerate()
-        .map(|(i, task)| TaskRecord {
-            index: i,
-            tid: task.tid,
-            pid: task.pid,
-            comm: task.comm.clone(),
-            first_seen_s: task.first_seen,
-            last_seen_s: duration,
-            cpu_s: cpu_ticks.get(&task.tid).copied().unwrap_or(0) as f64 / tick,
-            mpi_rank: mpi_ranks.get(i).copied().flatten(),
-        })
-        .collect();
-    data.matrix = Some(matrix.symmetrized());
-    data.matrix_faults = obs.fault_matrix().map(|m| m.symmetrized());
-    data.matrix_sources = obs.cell_sources().map(|rows| {
-        rows.into_iter()
-            .map(|r| r.into_iter().map(String::from).collect())
-            .collect()
-    });
-    cfg.policy.finish();
-    notes.extend(cfg.policy.notes());
-    notes.extend(obs.notes());
-    data.info = RunInfo {
-        schema: report::SCHEMA.into(),
-        command: cfg.command.clone(),
-        pid: obs.pid(),
-        started_unix,
-        duration_s: duration,
-        exit_code: match exit {
-            Some(Exit::Code(c)) => Some(c),
-            _ => None,
-        },
-        exit_signal: match exit {
-            Some(Exit::Signal(s)) => Some(s),
-            _ => None,
-        },
-        policy: cfg.policy.name(),
-        machine: cfg.machine_description.clone(),
+    decider.policy.finish();
+    let closing = Closing {
+        command: cfg.command,
+        policy: decider.policy.name(),
+        machine_description: cfg.machine_description,
         allowed_pus: target
             .allowed_pus()
             .iter()
             .map(|&g| target.os_index(g))
             .collect(),
-        threshold: cfg.controller.threshold,
-        huddle_cpu_s: procs::own_cpu_seconds() - huddle_cpu0,
-        agent_cpu_s: obs.agent_cpu_s(),
-        rearmed_pages: obs.rearmed_pages(),
-        pages_moved: mover.as_ref().map_or(0, |m| m.moved),
-        pages_not_moved: mover.as_ref().map_or(0, |m| m.failed),
-        target_cpu_s: data.tasks.iter().map(|t| t.cpu_s).sum(),
-        detection_source: obs.source(),
-        events: total_events,
-        lost_events: obs.lost(),
-        notes,
+        threshold: decider.controller.threshold,
+        pages: act.pages(),
+        notes: {
+            let mut notes = act.into_notes();
+            notes.extend(decider.policy.notes());
+            notes
+        },
     };
-    (data, stop)
+    (record.finish(obs, &sampler, exit, closing), stop)
+}
+
+/// Waits out one interval of `interval_ms`, draining events after every slice (a slice ends
+/// early when a buffer fills, and lasts at most 100 ms so that exits and signals are handled
+/// promptly). Returns the events processed, the program's exit if it ended, and the signal
+/// that tells huddle to let an attached program go (0: none).
+fn wait_interval(
+    obs: &mut dyn Observer,
+    ownership: Ownership,
+    interval_ms: u64,
+) -> (u64, Option<Exit>, i32) {
+    let wake = Instant::now() + Duration::from_millis(interval_ms);
+    let mut exit = None;
+    let mut events = 0;
+    let mut detach = 0;
+    while Instant::now() < wake && exit.is_none() {
+        match ownership {
+            Ownership::Launched => forward_signal(obs.pid()),
+            Ownership::Attached => {
+                detach = DETACH.swap(0, std::sync::atomic::Ordering::SeqCst);
+                if detach != 0 {
+                    break;
+                }
+            }
+        }
+        if let Some(paused) = detect::signals::take_pause() {
+            obs.set_paused(paused);
+        }
+        exit = obs.try_wait();
+        if exit.is_some() || !obs.alive() {
+            // Ended: no wait for more events (what is left is drained below).
+            break;
+        }
+        let left = wake.saturating_duration_since(Instant::now());
+        obs.wait(left.min(Duration::from_millis(100)));
+        events += obs.poll();
+    }
+    events += obs.poll();
+    (events, exit, detach)
 }
 
 /// "SIGTERM" for 15, and so on for the signals huddle handles.
@@ -604,69 +222,6 @@ pub fn signal_name(sig: i32) -> String {
         libc::SIGQUIT => "SIGQUIT".into(),
         other => format!("signal {other}"),
     }
-}
-
-/// The expected communication cost of tasks that may each run anywhere in their mask: for
-/// each pair, the mean distance over the two masks, as if the scheduler spread each task
-/// uniformly over its mask. With no more tasks than PUs in their masks, the mean leaves out
-/// the pairs where both would share one PU: the scheduler does not stack two busy tasks while
-/// a PU is free, and counting that chance as cheap communication made floating look cheaper
-/// than any pinning (15/16 of it on 16 PUs; bench/device, 2026-11-25). A task pinned to one PU
-/// has a one-PU mask, so for a pinned program this is the shared cost model's cost. The mean
-/// is computed once per distinct pair of masks (most unpinned tasks share one).
-pub fn expected_cost(m: &CommMatrix, target: &Target, masks: &[Vec<usize>]) -> f64 {
-    let pus: std::collections::BTreeSet<usize> = masks.iter().flatten().copied().collect();
-    let spread = masks.len() <= pus.len();
-    let mut cache: HashMap<(&[usize], &[usize]), f64> = HashMap::new();
-    let mut total = 0.0;
-    for i in 0..m.n() {
-        for j in i + 1..m.n() {
-            let w = (m.get(i, j) + m.get(j, i)) / 2.0;
-            if w == 0.0 {
-                continue;
-            }
-            let key = (masks[i].as_slice(), masks[j].as_slice());
-            let d = *cache.entry(key).or_insert_with(|| {
-                let all = || {
-                    key.0
-                        .iter()
-                        .flat_map(|&a| key.1.iter().map(move |&b| (a, b)))
-                };
-                let apart = all().filter(|(a, b)| a != b).count();
-                let (sum, count): (f64, usize) = if spread && apart > 0 {
-                    let sum = all()
-                        .filter(|(a, b)| a != b)
-                        .map(|(a, b)| target.distance(a, b))
-                        .sum();
-                    (sum, apart)
-                } else {
-                    let sum = all().map(|(a, b)| target.distance(a, b)).sum();
-                    (sum, key.0.len() * key.1.len())
-                };
-                sum / count as f64
-            });
-            total += w * d;
-        }
-    }
-    total
-}
-
-fn push_note(notes: &mut Vec<String>, note: String) {
-    if !notes.contains(&note) {
-        notes.push(note);
-    }
-}
-
-/// OS index of the NUMA node of a slot (None without NUMA information).
-fn numa_os_index(target: &Target, slot: usize) -> Option<i32> {
-    let node = target.pu(slot).numa?;
-    let m = &target.machines()[target.node_of(slot)];
-    m.numa_nodes.get(node as usize).map(|n| n.os_index as i32)
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64
 }
 
 /// Passes a signal huddle received (from kill, not from the terminal) on to the program.
@@ -726,7 +281,10 @@ pub fn install_detach_signals() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actuate;
     use crate::idle;
+    use matrix::CommMatrix;
+    use report::Decision;
     use std::process::{Child, Command};
     use topology::Machine;
 
@@ -798,7 +356,7 @@ mod tests {
         fn owned_pages(&self, task: usize) -> Vec<u64> {
             self.asked.borrow_mut().push(task);
             // Up to 32 pages of the task's private memory.
-            let page = page_size();
+            let page = crate::act::page_size();
             actuate::private_ranges(self.pids[task])
                 .iter()
                 .flat_map(|&(a, b)| (a..b).step_by(page as usize))
@@ -822,37 +380,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn floating_tasks_cost_the_mean_over_their_masks() {
-        let target = Target::machine(Machine::from_synthetic("pack:1 l2:2 core:1 pu:1").unwrap());
-        // The two PUs have their own L2s and share the package.
-        let d = target.distance(0, 1);
-        assert_eq!(target.level(0, 1), topology::Level::Package);
-        let mut m = CommMatrix::zeros(2);
-        m.set(0, 1, 10.0);
-        m.set(1, 0, 10.0);
-        // Pinned apart, pinned together, both floating over both PUs: two busy tasks on two
-        // PUs run apart, as if pinned apart.
-        assert_eq!(expected_cost(&m, &target, &[vec![0], vec![1]]), 10.0 * d);
-        assert_eq!(expected_cost(&m, &target, &[vec![1], vec![1]]), 0.0);
-        assert_eq!(
-            expected_cost(&m, &target, &[vec![0, 1], vec![0, 1]]),
-            10.0 * d
-        );
-        // Three tasks on two PUs: two of them share a PU part of the time.
-        let mut three = CommMatrix::zeros(3);
-        three.set(0, 1, 10.0);
-        three.set(1, 0, 10.0);
-        let all = vec![0, 1];
-        assert_eq!(
-            expected_cost(&three, &target, &[all.clone(), all.clone(), all]),
-            10.0 * d / 2.0
-        );
-        // Equal to the shared cost model for single-PU masks.
-        let shared = mapping::cost::evaluate_matrix(&m, &target, &[0, 1]).cost;
-        assert_eq!(expected_cost(&m, &target, &[vec![0], vec![1]]), shared);
-    }
-
     /// The `comm` policy with defaults, stopping after `seconds`.
     fn comm_config(seconds: f64) -> Config {
         Config {
@@ -862,7 +389,7 @@ mod tests {
             page_budget: 0,
             status_line: false,
             max_seconds: Some(seconds),
-            min_traffic: DEFAULT_MIN_TRAFFIC,
+            min_traffic: crate::decide::DEFAULT_MIN_TRAFFIC,
             command: vec!["sleep".into()],
             machine_description: "this machine".into(),
         }

@@ -1,0 +1,492 @@
+//! Step 2 of the loop: what the policy proposes for the live tasks, and whether moving to it
+//! is worth it (the controller's threshold and confirmation, or the repairs that need none).
+
+use crate::control::{self, Controller, Verdict};
+use crate::observer::TaskInfo;
+use crate::policy::{Context, Policy, Proposal};
+use mapping::Target;
+use matrix::CommMatrix;
+use std::collections::HashMap;
+
+/// Default for [`Decider`]'s `min_traffic`: communication (matrix total over live tasks)
+/// required before the first decision, since the first faults are mostly first-touch
+/// initialisation, not the program's pattern.
+pub const DEFAULT_MIN_TRAFFIC: f64 = 64.0;
+/// ... and at least this much per mapped task: with less, chance decides which of equally
+/// strong links look weakest. pipeline x8 threads, 8 runs each, alternating (2026-11-25):
+/// at 18 per task the first remap came at 1.02-1.13 s, one of them wrong (two chain links cut)
+/// and never mended; at 12, at 0.73-0.92 s, three wrong and all mended by 1.82 s (first
+/// correct remap: median 0.87 s). A wrong early remap still beats floating (about 3.5 links
+/// cut on average), so acting sooner wins. (The mapper's own share of wrong cuts was mended in
+/// crates/mapping/src/drb.rs: its bisection grew from the heaviest stage.)
+pub const MIN_TRAFFIC_PER_TASK: f64 = 12.0;
+
+/// The live tasks as the decision sees them, all in the same order.
+pub struct Live<'a> {
+    /// Their communication (symmetric), see [`live_matrix`].
+    pub matrix: &'a CommMatrix,
+    pub tasks: &'a [TaskInfo],
+    /// The slot each runs on now.
+    pub current: &'a [usize],
+    /// The slots each may run on now.
+    pub masks: &'a [Vec<usize>],
+}
+
+/// A proposal, judged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Choice {
+    /// Move the tasks to `slots` (else keep them where they are).
+    pub migrate: bool,
+    /// The proposed slot of each live task.
+    pub slots: Vec<usize>,
+    /// Pin only the tasks whose slot changes ([`Proposal::only_moved`]).
+    pub only_moved: bool,
+    /// PU OS indexes now and proposed.
+    pub current_os: Vec<u32>,
+    pub proposed_os: Vec<u32>,
+    /// Expected cost of the live placement ([`expected_cost`]) and cost of the proposal.
+    pub cost_now: f64,
+    pub cost_new: f64,
+    /// (cost_now - cost_new) / cost_now.
+    pub gain: f64,
+    pub reason: String,
+    /// The interval the decision was taken in.
+    pub interval_ms: u64,
+}
+
+/// What came of one tick.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Too little traffic to decide on yet.
+    Filling,
+    /// The policy proposed nothing.
+    Nothing,
+    Judged(Choice),
+}
+
+/// The policy and the controller, and the previous proposal to confirm the next one by.
+pub struct Decider {
+    pub policy: Box<dyn Policy>,
+    pub controller: Controller,
+    min_traffic: f64,
+    /// The previous tick's proposal: (task ids, slots).
+    last_proposal: Option<(Vec<u32>, Vec<usize>)>,
+}
+
+impl Decider {
+    /// `min_traffic`: see [`DEFAULT_MIN_TRAFFIC`].
+    pub fn new(policy: Box<dyn Policy>, controller: Controller, min_traffic: f64) -> Decider {
+        Decider {
+            policy,
+            controller,
+            min_traffic,
+            last_proposal: None,
+        }
+    }
+
+    /// Whether the policy maps the matrix (then idle tasks are left out, and it waits for
+    /// enough traffic).
+    pub fn needs_traffic(&self) -> bool {
+        self.policy.needs_traffic()
+    }
+
+    /// Asks the policy for a placement of the live tasks at `t` seconds and judges it.
+    pub fn decide(&mut self, t: f64, target: &Target, live: &Live) -> Outcome {
+        let needed = self
+            .min_traffic
+            .max(MIN_TRAFFIC_PER_TASK * live.tasks.len() as f64);
+        if self.policy.needs_traffic() && live.matrix.total() < needed {
+            self.controller.filling(live.matrix.total());
+            return Outcome::Filling;
+        }
+        let proposal = if live.tasks.is_empty() {
+            None
+        } else {
+            self.policy.propose(&Context {
+                matrix: live.matrix,
+                target,
+                current: live.current,
+                tasks: live.tasks,
+            })
+        };
+        let Some(proposal) = proposal else {
+            self.controller.hold();
+            return Outcome::Nothing;
+        };
+        Outcome::Judged(self.judge(t, target, live, proposal))
+    }
+
+    fn judge(&mut self, t: f64, target: &Target, live: &Live, proposal: Proposal) -> Choice {
+        let cost_now = expected_cost(live.matrix, target, live.masks);
+        let cost_new = mapping::cost::evaluate_matrix(live.matrix, target, &proposal.slots).cost;
+        let gain = (cost_now - cost_new) / cost_now.max(1e-12);
+        let current_os: Vec<u32> = live.current.iter().map(|&g| target.os_index(g)).collect();
+        let proposed_os: Vec<u32> = proposal.slots.iter().map(|&g| target.os_index(g)).collect();
+        let interval_ms = self.controller.interval_ms;
+        // The previous proposal, costed on this matrix (same tasks only).
+        let tids: Vec<u32> = live.tasks.iter().map(|task| task.tid).collect();
+        let previous_cost = match &self.last_proposal {
+            Some((previous, slots)) if *previous == tids => {
+                Some(mapping::cost::evaluate_matrix(live.matrix, target, slots).cost)
+            }
+            _ => None,
+        };
+        self.last_proposal = Some((tids, proposal.slots.clone()));
+        let pus = target.allowed_pus().len();
+        let proposed_masks: Vec<[usize; 1]> = proposal.slots.iter().map(|&s| [s]).collect();
+        let stacked_now = control::stacked(live.masks, pus)
+            .filter(|_| control::stacked(&proposed_masks, pus).is_none());
+        let mut reason = proposal.reason.clone();
+        let verdict = if let Some((slot, k)) = stacked_now {
+            // A repair, not an optimisation: no threshold, no confirmation interval.
+            reason = format!(
+                "{k} busy tasks are pinned to PU {} while a balanced placement has at most {}: rebalanced ({})",
+                target.os_index(slot),
+                live.tasks.len().div_ceil(pus.max(1)),
+                proposal.reason
+            );
+            self.controller.accept(t, &current_os);
+            Verdict::Migrate { gain }
+        } else if !proposal.self_judged
+            && cost_new <= cost_now * (1.0 + 1e-9)
+            && (cost_now - cost_new) < self.controller.threshold * cost_now
+            && control::floating_to_pin(live.masks, &proposal.slots, pus)
+        {
+            // Below the threshold the controller would keep them floating; pinned, they
+            // keep their caches ([`control::floating_to_pin`]).
+            reason = format!(
+                "{} busy tasks floated over the PUs: pinned one per PU at no more \
+                 communication cost ({})",
+                live.tasks.len(),
+                proposal.reason
+            );
+            self.controller.accept(t, &current_os);
+            Verdict::Migrate { gain }
+        } else if !proposal.self_judged {
+            self.controller.decide(
+                t,
+                &current_os,
+                cost_now,
+                &proposed_os,
+                cost_new,
+                previous_cost,
+            )
+        } else if proposed_os == current_os
+            && (proposal.only_moved
+                || live
+                    .masks
+                    .iter()
+                    .zip(&proposal.slots)
+                    .all(|(m, &s)| m.as_slice() == [s]))
+        {
+            // Live: where the tasks run (SIMMer moves single ranks), or, for a placement
+            // applied as chosen, every task pinned there.
+            Verdict::Keep {
+                reason: "the policy's placement is already live".into(),
+            }
+        } else {
+            self.controller.accept(t, &current_os);
+            Verdict::Migrate { gain }
+        };
+        let (migrate, gain, reason) = match verdict {
+            Verdict::Migrate { gain } => (true, gain, reason),
+            Verdict::Keep { reason } => (false, gain, reason),
+        };
+        Choice {
+            migrate,
+            slots: proposal.slots,
+            only_moved: proposal.only_moved,
+            current_os,
+            proposed_os,
+            cost_now,
+            cost_new,
+            gain,
+            reason,
+            interval_ms,
+        }
+    }
+}
+
+/// The matrix restricted to the tasks `idx`, symmetrized.
+pub fn live_matrix(matrix: &CommMatrix, idx: &[usize]) -> CommMatrix {
+    let mut sub = CommMatrix::zeros(idx.len());
+    for (a, &i) in idx.iter().enumerate() {
+        for (b, &j) in idx.iter().enumerate() {
+            if a != b {
+                sub.set(a, b, matrix.get(i, j));
+            }
+        }
+    }
+    sub.symmetrized()
+}
+
+/// The expected communication cost of tasks that may each run anywhere in their mask: for
+/// each pair, the mean distance over the two masks, as if the scheduler spread each task
+/// uniformly over its mask. With no more tasks than PUs in their masks, the mean leaves out
+/// the pairs where both would share one PU: the scheduler does not stack two busy tasks while
+/// a PU is free, and counting that chance as cheap communication made floating look cheaper
+/// than any pinning (15/16 of it on 16 PUs; bench/device, 2026-11-25). A task pinned to one PU
+/// has a one-PU mask, so for a pinned program this is the shared cost model's cost. The mean
+/// is computed once per distinct pair of masks (most unpinned tasks share one).
+pub fn expected_cost(m: &CommMatrix, target: &Target, masks: &[Vec<usize>]) -> f64 {
+    let pus: std::collections::BTreeSet<usize> = masks.iter().flatten().copied().collect();
+    let spread = masks.len() <= pus.len();
+    let mut cache: HashMap<(&[usize], &[usize]), f64> = HashMap::new();
+    let mut total = 0.0;
+    for i in 0..m.n() {
+        for j in i + 1..m.n() {
+            let w = (m.get(i, j) + m.get(j, i)) / 2.0;
+            if w == 0.0 {
+                continue;
+            }
+            let key = (masks[i].as_slice(), masks[j].as_slice());
+            let d = *cache.entry(key).or_insert_with(|| {
+                let all = || {
+                    key.0
+                        .iter()
+                        .flat_map(|&a| key.1.iter().map(move |&b| (a, b)))
+                };
+                let apart = all().filter(|(a, b)| a != b).count();
+                let (sum, count): (f64, usize) = if spread && apart > 0 {
+                    let sum = all()
+                        .filter(|(a, b)| a != b)
+                        .map(|(a, b)| target.distance(a, b))
+                        .sum();
+                    (sum, apart)
+                } else {
+                    let sum = all().map(|(a, b)| target.distance(a, b)).sum();
+                    (sum, key.0.len() * key.1.len())
+                };
+                sum / count as f64
+            });
+            total += w * d;
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topology::Machine;
+
+    /// Four PUs: two L2s of two PUs each, one package.
+    fn four_pus() -> Target {
+        Target::machine(Machine::from_synthetic("pack:1 l2:2 core:2 pu:1").unwrap())
+    }
+
+    fn tasks(n: usize) -> Vec<TaskInfo> {
+        (0..n as u32)
+            .map(|k| TaskInfo {
+                tid: 100 + k,
+                pid: 100,
+                comm: "w".into(),
+                first_seen: 0.0,
+                whole_process: false,
+            })
+            .collect()
+    }
+
+    /// Pairs (0, 2) and (1, 3) talk.
+    fn two_pairs(w: f64) -> CommMatrix {
+        let mut m = CommMatrix::zeros(4);
+        for (a, b) in [(0, 2), (1, 3)] {
+            m.set(a, b, w);
+            m.set(b, a, w);
+        }
+        m
+    }
+
+    fn comm() -> Decider {
+        Decider::new(
+            crate::policy::parse("comm", 1).unwrap(),
+            Controller::default(),
+            DEFAULT_MIN_TRAFFIC,
+        )
+    }
+
+    #[test]
+    fn floating_tasks_cost_the_mean_over_their_masks() {
+        let target = Target::machine(Machine::from_synthetic("pack:1 l2:2 core:1 pu:1").unwrap());
+        // The two PUs have their own L2s and share the package.
+        let d = target.distance(0, 1);
+        assert_eq!(target.level(0, 1), topology::Level::Package);
+        let mut m = CommMatrix::zeros(2);
+        m.set(0, 1, 10.0);
+        m.set(1, 0, 10.0);
+        // Pinned apart, pinned together, both floating over both PUs: two busy tasks on two
+        // PUs run apart, as if pinned apart.
+        assert_eq!(expected_cost(&m, &target, &[vec![0], vec![1]]), 10.0 * d);
+        assert_eq!(expected_cost(&m, &target, &[vec![1], vec![1]]), 0.0);
+        assert_eq!(
+            expected_cost(&m, &target, &[vec![0, 1], vec![0, 1]]),
+            10.0 * d
+        );
+        // Three tasks on two PUs: two of them share a PU part of the time.
+        let mut three = CommMatrix::zeros(3);
+        three.set(0, 1, 10.0);
+        three.set(1, 0, 10.0);
+        let all = vec![0, 1];
+        assert_eq!(
+            expected_cost(&three, &target, &[all.clone(), all.clone(), all]),
+            10.0 * d / 2.0
+        );
+        // Equal to the shared cost model for single-PU masks.
+        let shared = mapping::cost::evaluate_matrix(&m, &target, &[0, 1]).cost;
+        assert_eq!(expected_cost(&m, &target, &[vec![0], vec![1]]), shared);
+    }
+
+    #[test]
+    fn the_live_matrix_keeps_the_live_rows_symmetrized() {
+        let mut m = CommMatrix::zeros(3);
+        m.set(0, 2, 4.0);
+        m.set(2, 0, 2.0);
+        m.set(0, 1, 9.0);
+        let sub = live_matrix(&m, &[0, 2]);
+        assert_eq!(sub.n(), 2);
+        assert_eq!(sub.get(0, 1), sub.get(1, 0));
+        assert_eq!(sub.get(0, 1) + sub.get(1, 0), 6.0);
+    }
+
+    #[test]
+    fn too_little_traffic_is_filling() {
+        let target = four_pus();
+        let (t, m) = (tasks(4), two_pairs(5.0));
+        let masks = vec![vec![0, 1, 2, 3]; 4];
+        let live = Live {
+            matrix: &m,
+            tasks: &t,
+            current: &[0, 1, 2, 3],
+            masks: &masks,
+        };
+        // 20 events < max(64, 12 per task).
+        assert_eq!(comm().decide(0.1, &target, &live), Outcome::Filling);
+    }
+
+    /// Partners apart and pinned: the first proposal waits for the next tick's confirmation,
+    /// which then migrates to partners on one L2.
+    #[test]
+    fn a_gain_is_confirmed_by_the_next_tick_then_taken() {
+        let target = four_pus();
+        let (t, m) = (tasks(4), two_pairs(100.0));
+        // 0 and 2 on different L2s, 1 and 3 too.
+        let current = [0, 1, 2, 3];
+        let masks: Vec<Vec<usize>> = current.iter().map(|&s| vec![s]).collect();
+        let live = Live {
+            matrix: &m,
+            tasks: &t,
+            current: &current,
+            masks: &masks,
+        };
+        let mut d = comm();
+        let Outcome::Judged(first) = d.decide(0.1, &target, &live) else {
+            panic!("a proposal");
+        };
+        assert!(!first.migrate, "waits for confirmation: {first:?}");
+        let Outcome::Judged(second) = d.decide(0.2, &target, &live) else {
+            panic!("a proposal");
+        };
+        assert!(second.migrate, "{second:?}");
+        assert!(second.gain > 0.05 && second.cost_new < second.cost_now);
+        let l2 = |s: usize| s / 2;
+        assert_eq!(l2(second.slots[0]), l2(second.slots[2]), "{second:?}");
+        assert_eq!(l2(second.slots[1]), l2(second.slots[3]), "{second:?}");
+        assert_eq!(second.current_os, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn busy_tasks_stacked_on_one_pu_are_rebalanced_at_once() {
+        let target = four_pus();
+        let (t, m) = (tasks(4), two_pairs(100.0));
+        // All four pinned to PU 0.
+        let current = [0, 0, 0, 0];
+        let masks = vec![vec![0]; 4];
+        let live = Live {
+            matrix: &m,
+            tasks: &t,
+            current: &current,
+            masks: &masks,
+        };
+        let Outcome::Judged(c) = comm().decide(0.1, &target, &live) else {
+            panic!("a proposal");
+        };
+        assert!(c.migrate, "no confirmation for a repair: {c:?}");
+        assert!(c.reason.contains("rebalanced"), "{}", c.reason);
+    }
+
+    #[test]
+    fn floating_partners_are_pinned_without_a_gain() {
+        // Two PUs with their own L2s: two tasks floating cost as much as pinned apart.
+        let target = Target::machine(Machine::from_synthetic("pack:1 l2:2 core:1 pu:1").unwrap());
+        let t = tasks(2);
+        let mut m = CommMatrix::zeros(2);
+        m.set(0, 1, 500.0);
+        m.set(1, 0, 500.0);
+        let masks = vec![vec![0, 1]; 2];
+        let live = Live {
+            matrix: &m,
+            tasks: &t,
+            current: &[0, 1],
+            masks: &masks,
+        };
+        let Outcome::Judged(c) = comm().decide(0.1, &target, &live) else {
+            panic!("a proposal");
+        };
+        assert!(c.migrate && c.reason.contains("floated"), "{c:?}");
+        assert_ne!(c.slots[0], c.slots[1]);
+    }
+
+    #[test]
+    fn a_static_placement_already_pinned_is_kept() {
+        let target = four_pus();
+        let t = tasks(2);
+        let m = CommMatrix::zeros(2);
+        let mut d = Decider::new(
+            crate::policy::parse("static:compact", 1).unwrap(),
+            Controller::default(),
+            DEFAULT_MIN_TRAFFIC,
+        );
+        let masks = vec![vec![0, 1, 2, 3]; 2];
+        let live = Live {
+            matrix: &m,
+            tasks: &t,
+            current: &[0, 1],
+            masks: &masks,
+        };
+        let Outcome::Judged(first) = d.decide(0.1, &target, &live) else {
+            panic!("static proposes without traffic");
+        };
+        assert!(first.migrate, "applied at once: {first:?}");
+        // Pinned where the policy put them: nothing more to do.
+        let pinned: Vec<Vec<usize>> = first.slots.iter().map(|&s| vec![s]).collect();
+        let live = Live {
+            masks: &pinned,
+            current: &first.slots,
+            ..live
+        };
+        let Outcome::Judged(second) = d.decide(0.2, &target, &live) else {
+            panic!("a proposal");
+        };
+        assert!(!second.migrate, "{second:?}");
+        assert!(second.reason.contains("already live"), "{}", second.reason);
+    }
+
+    #[test]
+    fn the_observe_policy_proposes_nothing() {
+        let target = four_pus();
+        let (t, m) = (tasks(4), two_pairs(100.0));
+        let masks = vec![vec![0, 1, 2, 3]; 4];
+        let mut d = Decider::new(
+            crate::policy::parse("none", 1).unwrap(),
+            Controller::default(),
+            DEFAULT_MIN_TRAFFIC,
+        );
+        let live = Live {
+            matrix: &m,
+            tasks: &t,
+            current: &[0, 1, 2, 3],
+            masks: &masks,
+        };
+        assert_eq!(d.decide(0.1, &target, &live), Outcome::Nothing);
+    }
+}
