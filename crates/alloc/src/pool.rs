@@ -212,20 +212,14 @@ fn os_error(what: &'static str, bytes: usize) -> AllocError {
     }
 }
 
-/// Online NUMA nodes, from sysfs ("0-3,5"); [0] when sysfs has no node directory.
+/// Online NUMA nodes, from sysfs ("0-3,5"); [0] when sysfs has no node directory (or a
+/// list it cannot read).
 fn online_nodes() -> Vec<u32> {
     let text = std::fs::read_to_string("/sys/devices/system/node/online").unwrap_or_default();
-    let mut nodes = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
-            nodes.extend(a..=b.min(a + 4096));
-        }
+    match cpuset::NodeSet::parse_list(&text) {
+        Ok(nodes) if !nodes.is_empty() => nodes.to_vec(),
+        _ => vec![0],
     }
-    if nodes.is_empty() {
-        nodes.push(0);
-    }
-    nodes
 }
 
 /// Interleave the (not yet touched) range over `nodes`: MPOL_INTERLEAVE through mbind(2).

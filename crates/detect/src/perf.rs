@@ -166,26 +166,18 @@ pub struct PerfSource {
     scratch: Vec<u8>,
 }
 
-/// Online CPUs, as perf wants them (by OS index).
+/// Online CPUs, as perf wants them (by OS index); all that sysconf counts when sysfs does
+/// not say.
 pub fn online_cpus() -> Vec<i32> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let mut it = part.splitn(2, '-');
-        let lo = it.next().and_then(|x| x.parse::<i32>().ok());
-        let hi = it.next().and_then(|x| x.parse::<i32>().ok());
-        match (lo, hi) {
-            (Some(l), Some(h)) => cpus.extend(l..=h),
-            (Some(l), None) => cpus.push(l),
-            _ => {}
+    match cpuset::CpuSet::parse_list(&text) {
+        Ok(cpus) if !cpus.is_empty() => cpus.iter().map(|c| c as i32).collect(),
+        _ => {
+            // SAFETY: sysconf has no memory-safety preconditions.
+            let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);
+            (0..n as i32).collect()
         }
     }
-    if cpus.is_empty() {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);
-        cpus.extend(0..n as i32);
-    }
-    cpus
 }
 
 impl PerfSource {

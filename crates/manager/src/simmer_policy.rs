@@ -9,10 +9,10 @@
 
 use crate::policy::{Context, Policy, Proposal};
 use simmer::board::{Board, Snapshot};
-use simmer::cpuset::CpuSet;
 use simmer::policy::{Action, Input, Thresholds};
 use simmer::protocol::{self, NetSample, ProcSource, Steering};
 use std::path::PathBuf;
+use topology::CpuSet;
 use topology::Machine;
 
 pub struct Simmer {

@@ -12,7 +12,6 @@
 //!   cyclic, one rank per node) on a machine model.
 
 pub mod board;
-pub mod cpuset;
 pub mod placement;
 pub mod policy;
 pub mod protocol;

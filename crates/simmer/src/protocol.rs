@@ -6,10 +6,10 @@
 //! Everything reads below a root directory ("/" on a live system) so the parsers are tested
 //! on constructed files.
 
-use crate::cpuset::{CpuSet, CpuSetError};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use topology::{CpuSet, CpuSetError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {

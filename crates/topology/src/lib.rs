@@ -14,6 +14,7 @@ mod load;
 mod location;
 
 pub use cluster::Cluster;
+pub use cpuset::{CpuSet, CpuSetError, NodeSet};
 pub use load::{Source, MAX_PUS};
 pub use location::parse_location;
 

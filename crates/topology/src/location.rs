@@ -15,7 +15,7 @@
 //! ```
 //! e.g. `pu:0-3`, `core:2`, `package:1.core:0`, `numa:0.core:odd`, `all ~core:0`.
 
-use crate::{Machine, ObjKind, TopologyError};
+use crate::{CpuSet, Machine, ObjKind, TopologyError};
 
 enum Target {
     Kind(ObjKind),
@@ -132,45 +132,34 @@ fn indexes(spec: &str, count: usize) -> Result<Vec<usize>, String> {
             "even" => out.extend((0..count).step_by(2)),
             "odd" => out.extend((1..count).step_by(2)),
             _ => {
-                let (a, b) = range(item)?;
-                if b >= count {
+                let set = list(item)?;
+                if let Some(b) = set.iter().next_back().filter(|&b| b as usize >= count) {
                     return Err(format!("index {b} out of range, only {count} available"));
                 }
-                out.extend(a..=b);
+                out.extend(set.iter().map(|i| i as usize));
             }
         }
     }
     Ok(out)
 }
 
-fn range(item: &str) -> Result<(usize, usize), String> {
-    let num = |s: &str| {
-        s.parse::<usize>()
-            .map_err(|_| format!("'{s}' is not an index"))
-    };
-    let (a, b) = match item.split_once('-') {
-        Some((a, b)) => (num(a)?, num(b)?),
-        None => (num(item)?, num(item)?),
-    };
-    if a > b {
-        return Err(format!("range {a}-{b} is reversed"));
+/// `N` or `N-M` (or a list of them), through the one list parser.
+fn list(item: &str) -> Result<CpuSet, String> {
+    if item.trim().is_empty() {
+        return Err("an empty index".into());
     }
-    Ok((a, b))
+    CpuSet::parse_list(item).map_err(|e| format!("'{item}': {}", e.reason))
 }
 
 /// `0-3,8`: PU OS indexes, as taskset and numactl write them.
 fn os_list(m: &Machine, spec: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();
-    for item in spec.split(',') {
-        let (a, b) = range(item)?;
-        for os in a..=b {
-            let pu = m
-                .pu_by_os(os as u32)
-                .ok_or_else(|| format!("no PU with OS index {os} on this machine"))?;
-            out.push(pu);
-        }
+    for os in list(spec)?.iter() {
+        let pu = m
+            .pu_by_os(os)
+            .ok_or_else(|| format!("no PU with OS index {os} on this machine"))?;
+        out.push(pu);
     }
     out.sort_unstable();
-    out.dedup();
     Ok(out)
 }

@@ -94,15 +94,6 @@ pub fn own_cpus() -> Vec<u32> {
     let list = status
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .unwrap_or("0")
-        .trim()
-        .to_string();
-    let mut cpus = Vec::new();
-    for part in list.split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => cpus.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
-            None => cpus.push(part.parse().unwrap()),
-        }
-    }
-    cpus
+        .unwrap_or("0");
+    topology::CpuSet::parse_list(list).unwrap().to_vec()
 }

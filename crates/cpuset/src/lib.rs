@@ -1,6 +1,11 @@
-//! CPU sets in the two kernel spellings: lists (`0-3,8`, smp_affinity_list) and hex masks in
-//! 32-bit groups separated by commas, most significant first (`ff,00000001`, rps_cpus and
-//! smp_affinity).
+//! The one set of CPUs (or NUMA nodes) huddle passes around, by OS index, as hwloc's bitmap
+//! is for hwloc: read and written in the two kernel spellings, lists (`0-3,8`:
+//! /sys/devices/system/cpu/online, Cpus_allowed_list, smp_affinity_list, taskset -c) and hex
+//! masks in 32-bit groups separated by commas, most significant first (`ff,00000001`:
+//! rps_cpus, smp_affinity). Every list huddle parses goes through [`CpuSet::parse_list`].
+//!
+//! A crate of its own, re-exported by `topology`, so that the allocator and the detector,
+//! which do not link hwloc, share it.
 
 use std::collections::BTreeSet;
 
@@ -11,14 +16,18 @@ pub struct CpuSetError {
     pub reason: String,
 }
 
-/// A set of CPU OS indexes.
+/// A set of CPU OS indexes, ascending.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CpuSet(pub BTreeSet<u32>);
+
+/// NUMA nodes by OS index: the same type, as in hwloc (nodesets are bitmaps too).
+pub type NodeSet = CpuSet;
 
 /// CPU numbers above this are refused as typos (the kernel's own limit is 8192).
 const MAX_CPU: u32 = 8191;
 
 impl CpuSet {
+    /// The set of `cpus` (duplicates once).
     pub fn of(cpus: &[u32]) -> CpuSet {
         CpuSet(cpus.iter().copied().collect())
     }
@@ -27,8 +36,22 @@ impl CpuSet {
         self.0.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub fn contains(&self, cpu: u32) -> bool {
         self.0.contains(&cpu)
+    }
+
+    /// The members, ascending.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = u32> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// The members, ascending.
+    pub fn to_vec(&self) -> Vec<u32> {
+        self.iter().collect()
     }
 
     /// Parses `0-3,8` (empty text or whitespace is the empty set).
@@ -40,9 +63,9 @@ impl CpuSet {
         let mut set = BTreeSet::new();
         for part in text.trim().split(',').filter(|p| !p.trim().is_empty()) {
             let num = |s: &str| -> Result<u32, CpuSetError> {
-                let v: u32 = s.trim().parse().map_err(|_| err("not a CPU number"))?;
+                let v: u32 = s.trim().parse().map_err(|_| err("not a number"))?;
                 if v > MAX_CPU {
-                    return Err(err("CPU number too large"));
+                    return Err(err("number too large (over 8191)"));
                 }
                 Ok(v)
             };
@@ -79,7 +102,7 @@ impl CpuSet {
                 if v & (1 << bit) != 0 {
                     let cpu = k as u32 * 32 + bit;
                     if cpu > MAX_CPU {
-                        return Err(err("CPU number too large"));
+                        return Err(err("number too large (over 8191)"));
                     }
                     set.insert(cpu);
                 }
@@ -129,6 +152,19 @@ impl CpuSet {
     }
 }
 
+impl FromIterator<u32> for CpuSet {
+    fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> CpuSet {
+        CpuSet(iter.into_iter().collect())
+    }
+}
+
+impl std::fmt::Display for CpuSet {
+    /// The list spelling (`0-3,8`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_list())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +188,12 @@ mod tests {
         assert_eq!(CpuSet::of(&[]).to_mask(), "0");
         assert_eq!(CpuSet::of(&[0, 33]).to_mask(), "2,00000001");
         assert!(CpuSet::parse_list("3-1").is_err());
+        assert!(CpuSet::parse_list("1,x").is_err());
+        assert!(CpuSet::parse_list("9000").is_err());
+        assert_eq!(CpuSet::parse_list(" 0-1,\n").unwrap().to_vec(), vec![0, 1]);
+        assert!(CpuSet::parse_list("").unwrap().is_empty());
+        let s: CpuSet = [5, 1, 5].into_iter().collect();
+        assert_eq!((s.len(), s.to_string()), (2, "1,5".to_string()));
         assert!(CpuSet::parse_mask("xyz").is_err());
         assert!(CpuSet::parse_mask("123456789").is_err());
     }
