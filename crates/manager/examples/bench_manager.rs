@@ -188,7 +188,7 @@ fn quality(
     let live = match kept {
         Some(d) => cost_of(d)?,
         None => {
-            let all = target.allowed_pus();
+            let all = target.allowed_slots();
             manager::decide::expected_cost(truth, target, &vec![all; tids.len()])
         }
     };

@@ -25,7 +25,7 @@ impl Actuator {
     /// nothing moves where the allowed PUs share one NUMA node.
     pub fn new(ledger: Ledger, target: &Target, page_budget: usize) -> Actuator {
         let nodes: std::collections::BTreeSet<(usize, Option<u32>)> = target
-            .allowed_pus()
+            .allowed_slots()
             .into_iter()
             .map(|g| (target.node_of(g), target.pu(g).numa))
             .collect();
@@ -211,7 +211,7 @@ mod tests {
     #[test]
     fn pins_the_live_tasks_and_notes_the_ones_it_cannot() {
         let target = Target::machine(Machine::from_system().unwrap());
-        let first = *target.allowed_pus().first().unwrap();
+        let first = *target.allowed_slots().first().unwrap();
         let mut children: Vec<std::process::Child> = (0..2)
             .map(|_| {
                 std::process::Command::new("sleep")
@@ -257,7 +257,7 @@ mod tests {
     #[test]
     fn only_moved_leaves_the_unmoved_tasks_alone() {
         let target = Target::machine(Machine::from_system().unwrap());
-        let first = *target.allowed_pus().first().unwrap();
+        let first = *target.allowed_slots().first().unwrap();
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()

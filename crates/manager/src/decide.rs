@@ -132,7 +132,7 @@ impl Decider {
             _ => None,
         };
         self.last_proposal = Some((tids, proposal.slots.clone()));
-        let pus = target.allowed_pus().len();
+        let pus = target.allowed_slots().len();
         let proposed_masks: Vec<[usize; 1]> = proposal.slots.iter().map(|&s| [s]).collect();
         let stacked_now = control::stacked(live.masks, pus)
             .filter(|_| control::stacked(&proposed_masks, pus).is_none());

@@ -159,7 +159,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
         policy: decider.policy.name(),
         machine_description: cfg.machine_description,
         allowed_pus: target
-            .allowed_pus()
+            .allowed_slots()
             .iter()
             .map(|&g| target.os_index(g))
             .collect(),

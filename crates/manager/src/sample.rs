@@ -162,7 +162,7 @@ mod tests {
     fn a_pinned_thread_is_where_its_mask_says() {
         let machine = Machine::from_system().unwrap();
         let target = Target::machine(machine);
-        let allowed = target.allowed_pus();
+        let allowed = target.allowed_slots();
         let last = *allowed.last().unwrap();
         // A thread of our own, pinned to the last allowed PU, and one that has ended.
         let (tx, rx) = std::sync::mpsc::channel();

@@ -140,7 +140,7 @@ fn main() {
                 continue;
             };
             let m = mapping::orient(&raw).0;
-            if m.n() > target.allowed_pus().len() {
+            if m.n() > target.allowed_slots().len() {
                 continue;
             }
             let g = Graph::from_matrix(&m);

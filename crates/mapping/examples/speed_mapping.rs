@@ -82,7 +82,7 @@ fn nas(reps: usize) {
                 continue;
             };
             let m = mapping::orient(&raw).0;
-            if m.n() > target.allowed_pus().len() {
+            if m.n() > target.allowed_slots().len() {
                 continue;
             }
             let name = format!("{} on {}", mp.display(), tp.display());

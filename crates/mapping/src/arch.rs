@@ -242,7 +242,7 @@ mod tests {
                 continue;
             };
             let t = Target::machine(m);
-            let pus = t.allowed_pus().len();
+            let pus = t.allowed_slots().len();
             for n in [pus / 3 + 1, pus, pus * 2 + 1] {
                 check_all_pairs(&t, n, n > pus, &p.display().to_string());
             }

@@ -16,7 +16,7 @@ pub fn place(
         SplitMix64::new(opts.seed).shuffle(&mut slots);
         return Ok(slots);
     }
-    let mut order = target.allowed_pus();
+    let mut order = target.allowed_slots();
     let p = order.len();
     if p == 0 {
         return Err(MapError::NoSlots);

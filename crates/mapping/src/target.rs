@@ -94,8 +94,10 @@ impl Target {
         self.allowed.get(global).copied().unwrap_or(false)
     }
 
-    /// Allowed PUs, global indexes in order.
-    pub fn allowed_pus(&self) -> Vec<usize> {
+    /// The allowed PUs as slots (global indexes over the cluster's machines, each machine's
+    /// logical PUs in order), ascending. [`Target::os_index`] gives a slot's OS index; a
+    /// `topology::Machine`'s own `allowed_pus` are logical indexes of that machine.
+    pub fn allowed_slots(&self) -> Vec<usize> {
         (0..self.allowed.len())
             .filter(|&g| self.allowed[g])
             .collect()
@@ -156,7 +158,7 @@ impl Target {
         oversubscribe: bool,
         share_cores: bool,
     ) -> Result<Vec<usize>, MapError> {
-        let mut order = self.allowed_pus();
+        let mut order = self.allowed_slots();
         if order.is_empty() {
             return Err(MapError::NoSlots);
         }

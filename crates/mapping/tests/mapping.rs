@@ -36,7 +36,7 @@ fn opts(algorithm: Algorithm) -> Options {
 /// core is idle.
 fn check_valid(target: &Target, n: usize, slots: &[usize], alg: Algorithm) {
     assert_eq!(slots.len(), n);
-    let allowed = target.allowed_pus();
+    let allowed = target.allowed_slots();
     let mut load = vec![0usize; target.num_pus()];
     for &s in slots {
         assert!(target.is_allowed(s), "{alg}: PU {s} is not allowed");
@@ -145,7 +145,7 @@ proptest! {
     ) {
         let m = random_matrix(n, &edges);
         let target = synth(MACHINES[machine]);
-        if n > target.allowed_pus().len() && !oversubscribe {
+        if n > target.allowed_slots().len() && !oversubscribe {
             return Ok(());
         }
         let with = |algorithm| Options { oversubscribe, ..opts(algorithm) };
@@ -281,7 +281,7 @@ fn forbidden_pus_are_never_used() {
     let mut t = synth("pack:2 core:4 pu:2");
     t.restrict("package:1 ~core:5").unwrap();
     let m = nas("nas-cg-16.csv");
-    let allowed = t.allowed_pus();
+    let allowed = t.allowed_slots();
     assert_eq!(allowed.len(), 6);
     for alg in Algorithm::ALL {
         let r = map(&m, &t, &opts(alg)).unwrap();
