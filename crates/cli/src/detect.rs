@@ -306,8 +306,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     for src in s.sources().iter().filter(|x| !x.active) {
         eprintln!("huddle: {}: {}", src.name, src.note);
     }
-    // Ctrl-C reaches the target through the terminal; we stay to write the matrix.
-    detect::signals::install();
+    // Ctrl-C reaches the target through the terminal and we stay to write the matrix;
+    // signals sent to huddle alone are passed on.
+    detect::signals::install_forwarding();
     let started = Instant::now();
     let period = Duration::from_millis(args.interval_ms);
     let mut next_snap = period;
@@ -319,7 +320,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         if let Some((m, _)) = &mut mpi {
             m.update();
         }
-        let sig = detect::signals::take();
+        let sig = detect::signals::take_forward();
         if sig != 0 {
             s.signal(sig);
         }

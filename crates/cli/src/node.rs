@@ -89,7 +89,7 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
 
 pub fn run(args: NodeArgs) -> anyhow::Result<i32> {
     // First: from here on SIGINT, SIGTERM, SIGHUP and SIGQUIT only make huddle let go.
-    run::install_detach_signals();
+    detect::signals::install_detach();
     detect::signals::install_pause();
     if let Some(s) = args.seconds {
         if !(s.is_finite() && s > 0.0) {
@@ -319,7 +319,7 @@ fn manage(
         "stop": match stop {
             run::Stop::Ended => "ranks ended".to_string(),
             run::Stop::TimeUp => "--seconds passed".to_string(),
-            run::Stop::Signal(s) => run::signal_name(s),
+            run::Stop::Signal(s) => detect::signals::name(s),
         },
         "attached_to": data.info.pid,
         "ranks": slots.iter().map(|r| serde_json::json!({
@@ -338,7 +338,7 @@ fn manage(
         run::Stop::Signal(s) => {
             eprintln!(
                 "huddle: {}: let go of the ranks on {host}, which run on (not signalled; affinity put back)",
-                run::signal_name(s)
+                detect::signals::name(s)
             );
             128 + s
         }
@@ -492,7 +492,7 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
     } else {
         rest.to_vec()
     };
-    run::install_signal_forwarding();
+    detect::signals::install_forwarding();
     // Node managers of this job start after this (less a margin for clocks of other nodes).
     let launched = unix_now() - 5.0;
     let mut child = std::process::Command::new(program)
@@ -503,7 +503,7 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
         if let Some(st) = child.try_wait()? {
             break st;
         }
-        let sig = run::FORWARD.swap(0, std::sync::atomic::Ordering::SeqCst);
+        let sig = detect::signals::take_forward();
         if sig != 0 {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(child.id() as libc::pid_t, sig) };

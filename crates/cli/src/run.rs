@@ -365,7 +365,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     )
     .map_err(crate::exit::start_error)
     .map_err(discard)?;
-    run::install_signal_forwarding();
+    detect::signals::install_forwarding();
     let command = args
         .command
         .iter()
@@ -398,7 +398,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 
 pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     // First: from here on SIGINT, SIGTERM, SIGHUP and SIGQUIT only make huddle let go.
-    run::install_detach_signals();
+    detect::signals::install_detach();
     detect::signals::install_pause();
     if args.common.policy == "simmer" {
         return Err(bad_input(
@@ -491,7 +491,7 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
         run::Stop::Signal(s) => {
             eprintln!(
                 "huddle: {}: let go of process {}, which runs on (not signalled; affinity put back)",
-                run::signal_name(s),
+                detect::signals::name(s),
                 args.pid
             );
             128 + s

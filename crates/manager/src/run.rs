@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ownership {
     /// `huddle run`: huddle started the program. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
-    /// huddle are passed on to it (see [`install_signal_forwarding`]); the loop ends when the
+    /// huddle are passed on to it (see [`detect::signals::install_forwarding`]); the loop ends when the
     /// program does, and its last placement stays until then.
     Launched,
     /// `huddle attach`: the program is someone else's. It is never sent a signal; SIGINT,
     /// SIGTERM, SIGHUP and SIGQUIT sent to huddle end the loop (see
-    /// [`install_detach_signals`]), and every affinity mask huddle changed is put back (see
+    /// [`detect::signals::install_detach`]), and every affinity mask huddle changed is put back (see
     /// [`crate::ledger`]) however the loop ends.
     Attached,
 }
@@ -56,11 +56,6 @@ pub struct Config {
     pub command: Vec<String>,
     pub machine_description: String,
 }
-
-/// A pending signal huddle should pass on to the program (set from a signal handler).
-pub static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-/// A signal that tells huddle to let an attached program go (set from a signal handler).
-static DETACH: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// Runs the loop until the program ends (or `max_seconds`), then returns everything the
 /// report needs. Acting failures (a thread that exits, EPERM) are recorded, never fatal.
@@ -150,7 +145,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
         act.let_go(&match stop {
             Stop::Ended => "the program ended".to_string(),
             Stop::TimeUp => "--seconds passed".to_string(),
-            Stop::Signal(s) => format!("huddle got {}", signal_name(s)),
+            Stop::Signal(s) => format!("huddle got {}", detect::signals::name(s)),
         });
     }
     decider.policy.finish();
@@ -191,7 +186,7 @@ fn wait_interval(
         match ownership {
             Ownership::Launched => forward_signal(obs.pid()),
             Ownership::Attached => {
-                detach = DETACH.swap(0, std::sync::atomic::Ordering::SeqCst);
+                detach = detect::signals::take_detach();
                 if detach != 0 {
                     break;
                 }
@@ -213,69 +208,15 @@ fn wait_interval(
     (events, exit, detach)
 }
 
-/// "SIGTERM" for 15, and so on for the signals huddle handles.
-pub fn signal_name(sig: i32) -> String {
-    match sig {
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGTERM => "SIGTERM".into(),
-        libc::SIGHUP => "SIGHUP".into(),
-        libc::SIGQUIT => "SIGQUIT".into(),
-        other => format!("signal {other}"),
-    }
-}
-
 /// Passes a signal huddle received (from kill, not from the terminal) on to the program.
 fn forward_signal(pid: u32) {
-    let sig = FORWARD.swap(0, std::sync::atomic::Ordering::SeqCst);
+    let sig = detect::signals::take_forward();
     if sig != 0 {
         // SAFETY: kill has no memory-safety preconditions.
         unsafe {
             libc::kill(pid as libc::pid_t, sig);
         }
     }
-}
-
-extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // A signal the terminal sent reached the whole foreground process group, the program
-    // included; only signals sent to huddle alone (kill, si_code <= 0) are passed on.
-    // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
-    let from_user = info.is_null() || unsafe { (*info).si_code } <= 0;
-    if from_user {
-        FORWARD.store(sig, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-extern "C" fn on_detach(sig: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // From a terminal or from kill alike: the program is not ours to signal.
-    DETACH.store(sig, std::sync::atomic::Ordering::SeqCst);
-}
-
-type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-
-fn install(handler: Handler) {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
-        // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = handler as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
-/// Installs the forwarding handler for SIGINT, SIGTERM, SIGHUP and SIGQUIT
-/// ([`Ownership::Launched`]).
-pub fn install_signal_forwarding() {
-    install(on_signal);
-}
-
-/// Makes SIGINT, SIGTERM, SIGHUP and SIGQUIT end the loop of [`Ownership::Attached`]
-/// instead of huddle: it then puts the program's masks back and returns. Install it before
-/// anything else, so that a signal during start-up is not lost either.
-pub fn install_detach_signals() {
-    install(on_detach);
 }
 
 #[cfg(test)]
@@ -471,7 +412,7 @@ mod tests {
                             .all(|&id| actuate::get_affinity(id).is_some_and(|m| m.len() == 1));
                         if pinned {
                             if by_signal {
-                                DETACH.store(libc::SIGTERM, std::sync::atomic::Ordering::SeqCst);
+                                detect::signals::request_detach(libc::SIGTERM);
                             }
                             return true;
                         }
