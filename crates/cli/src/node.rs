@@ -235,25 +235,7 @@ fn manage(
     own.dedup();
     let _ = manager::actuate::set_affinity(std::process::id(), &own);
     // SIMMer's rules read this job's board, not one named by `huddle run`.
-    let simmer = common.policy == "simmer";
-    if simmer && !(0.0..=1.0).contains(&common.simmer_confidence) {
-        return Err(bad_input(format!(
-            "--simmer-confidence {}: must be within 0..1",
-            common.simmer_confidence
-        )));
-    }
-    let mut checked = common.clone();
-    if simmer {
-        checked.policy = "none".into();
-    }
-    let (target, mut policy, machine) = crate::run::check(&checked, Some(&cpus))?;
-    if simmer {
-        policy = Box::new(manager::simmer_policy::Simmer::new(
-            board_path.to_path_buf(),
-            target.machines()[0].clone(),
-            common.simmer_confidence,
-        ));
-    }
+    let (target, policy, machine) = crate::run::check(common, Some(&cpus), Some(board_path))?;
     let mpi = match asked {
         Some(SourceMode::Faults) => None,
         _ => Some((
@@ -443,18 +425,9 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
     })?;
     let lib = crate::agent::pmpi_library_for(flavour).map_err(bad_input)?;
     let node_args = forwarded(c)?;
-    // The options the node managers will run with, checked here once rather than on every node.
-    crate::run::check(
-        &Common {
-            policy: if c.policy == "simmer" {
-                "none".into()
-            } else {
-                c.policy.clone()
-            },
-            ..c.clone()
-        },
-        None,
-    )?;
+    // The options the node managers will run with, checked here once rather than on every
+    // node (`simmer` with the name of a board: each node manager reads its node's own).
+    crate::run::check(c, None, Some(std::path::Path::new("node-board")))?;
     let report = crate::run::report_dir(c)?;
     let report_abs = report
         .as_ref()

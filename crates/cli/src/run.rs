@@ -191,9 +191,13 @@ pub(crate) fn ranks_threads_only(cfg: &mut detect::Config, mpi: &Option<(MpiTraf
 /// Pages moved per task per interval at most (4 GiB of 4 KiB pages).
 const MAX_PAGE_BUDGET: usize = 1 << 20;
 
+/// Checks the options, loads the machine (restricted to `cpus`, the program's CPUs, where
+/// given) and builds the policy; `board`: where the ranks' PMPI agent publishes, which
+/// `--policy simmer` reads.
 pub(crate) fn check(
     c: &Common,
     cpus: Option<&[u32]>,
+    board: Option<&std::path::Path>,
 ) -> anyhow::Result<(mapping::Target, Box<dyn manager::policy::Policy>, String)> {
     if !(0.0..100.0).contains(&c.threshold) {
         return Err(bad_input(format!(
@@ -231,10 +235,12 @@ pub(crate) fn check(
             )));
         }
     }
-    let policy = match c.policy.as_str() {
-        "simmer" => simmer_policy(c, &machine)?,
-        other => manager::policy::parse(other, c.seed).map_err(bad_input)?,
-    };
+    let simmer = board.map(|b| manager::policy::SimmerInputs {
+        board: b.to_path_buf(),
+        machine: machine.clone(),
+        min_confidence: c.simmer_confidence,
+    });
+    let policy = manager::policy::parse(&c.policy, c.seed, simmer).map_err(bad_input)?;
     let counts = machine.counts();
     let description = format!(
         "{} ({} PUs, {} cores, {} L3, {} NUMA nodes)",
@@ -292,31 +298,22 @@ pub(crate) fn finish(c: &Common, data: &report::RunData) {
     }
 }
 
-/// The SIMMer policy reads the board the PMPI agent of every rank writes: name a private
-/// board for this run, and have the ranks preload the agent built for their MPI.
-fn simmer_policy(
-    c: &Common,
-    machine: &topology::Machine,
-) -> anyhow::Result<Box<dyn manager::policy::Policy>> {
+/// The SIMMer policy reads the board the PMPI agent of every rank writes: makes the board's
+/// directory, and has the ranks write to `board` (and their rank matrix into the report).
+fn publish_board(c: &Common, board: &std::path::Path) -> anyhow::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = simmer::board::default_dir();
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&dir)?;
-    let board = crate::agent::board_path();
-    std::env::set_var("HUDDLE_BOARD", &board);
+        .create(simmer::board::default_dir())?;
+    std::env::set_var("HUDDLE_BOARD", board);
     if let Some(report) = &c.report {
         // The directory itself is made by report_dir before the program starts.
         std::env::set_var("HUDDLE_RANK_MATRIX", report.join("rank-matrix.csv"));
     } else {
         std::env::set_var("HUDDLE_RANK_MATRIX", crate::agent::scratch_rank_matrix());
     }
-    Ok(Box::new(manager::simmer_policy::Simmer::new(
-        board,
-        machine.clone(),
-        c.simmer_confidence,
-    )))
+    Ok(())
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
@@ -330,7 +327,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if args.common.policy == "simmer" && detect::resolve_program(program).is_some() {
         crate::agent::preload(&crate::agent::pmpi_library(program).map_err(bad_input)?);
     }
-    let (target, policy, machine) = check(&args.common, None)?;
+    let board = (args.common.policy == "simmer").then(crate::agent::board_path);
+    let (target, policy, machine) = check(&args.common, None, board.as_deref())?;
+    if let Some(b) = &board {
+        publish_board(&args.common, b)?;
+    }
     let report = report_dir(&args.common)?;
     let discard = |e: anyhow::Error| {
         if let Some(r) = &report {
@@ -431,7 +432,7 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     if cpus.is_empty() {
         return Err(bad_input(format!("process {}: no such process", args.pid)));
     }
-    let (target, policy, machine) = check(&args.common, Some(&cpus))?;
+    let (target, policy, machine) = check(&args.common, Some(&cpus), None)?;
     let report = report_dir(&args.common)?;
     // attach cannot preload the PMPI agent, but ranks that run with it write a board.
     let mpi = match asked {

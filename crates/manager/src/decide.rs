@@ -299,7 +299,7 @@ mod tests {
 
     fn comm() -> Decider {
         Decider::new(
-            crate::policy::parse("comm", 1).unwrap(),
+            crate::policy::parse("comm", 1, None).unwrap(),
             Controller::default(),
             DEFAULT_MIN_TRAFFIC,
         )
@@ -442,7 +442,7 @@ mod tests {
         let t = tasks(2);
         let m = CommMatrix::zeros(2);
         let mut d = Decider::new(
-            crate::policy::parse("static:compact", 1).unwrap(),
+            crate::policy::parse("static:compact", 1, None).unwrap(),
             Controller::default(),
             DEFAULT_MIN_TRAFFIC,
         );
@@ -477,7 +477,7 @@ mod tests {
         let (t, m) = (tasks(4), two_pairs(100.0));
         let masks = vec![vec![0, 1, 2, 3]; 4];
         let mut d = Decider::new(
-            crate::policy::parse("none", 1).unwrap(),
+            crate::policy::parse("none", 1, None).unwrap(),
             Controller::default(),
             DEFAULT_MIN_TRAFFIC,
         );

@@ -7,7 +7,7 @@
 //! - [`pages`] makes a migrated task's memory follow it (`--move-pages`), a budget at a time.
 //! - [`control`] decides when to migrate: adaptive interval, threshold, no ping-pong.
 //! - [`idle`] tells which tasks do not run, so that mapping leaves them out.
-//! - [`policy`] says what to aim for (`comm`, `static:ALGO`, `none`); [`simmer_policy`] runs
+//! - [`policy`] says what to aim for (`comm`, `static:ALGO`, `none`); [`policy::simmer`] runs
 //!   SIMMer's rules on the PMPI agent's board.
 //! - [`run`] is the loop, in four steps: [`sample`] (where the live tasks run and may run),
 //!   [`decide`] (the policy's proposal, judged), [`act`] (pinning and pages) and [`record`]
@@ -31,4 +31,3 @@ pub use detect::procs;
 pub mod record;
 pub mod run;
 pub mod sample;
-pub mod simmer_policy;

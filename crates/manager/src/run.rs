@@ -325,7 +325,7 @@ mod tests {
     fn comm_config(seconds: f64) -> Config {
         Config {
             ownership: Ownership::Launched,
-            policy: crate::policy::parse("comm", 1).unwrap(),
+            policy: crate::policy::parse("comm", 1, None).unwrap(),
             controller: Controller::default(),
             page_budget: 0,
             status_line: false,
@@ -400,7 +400,7 @@ mod tests {
                 .collect();
             let mut cfg = comm_config(if by_signal { 30.0 } else { 0.6 });
             cfg.ownership = Ownership::Attached;
-            cfg.policy = crate::policy::parse("static:compact", 1).unwrap();
+            cfg.policy = crate::policy::parse("static:compact", 1, None).unwrap();
             let watcher = {
                 let ids = ids.clone();
                 std::thread::spawn(move || {
@@ -501,7 +501,7 @@ mod tests {
         let target = Target::machine(machine);
         let mut obs = Fixed::new(sleepers(3), CommMatrix::zeros(3));
         let mut cfg = comm_config(0.5);
-        cfg.policy = crate::policy::parse("static:compact", 1).unwrap();
+        cfg.policy = crate::policy::parse("static:compact", 1, None).unwrap();
         let data = manage(&mut obs, &target, cfg);
         let masks: Vec<Option<Vec<u32>>> = obs
             .children
@@ -534,7 +534,7 @@ mod tests {
             .collect();
         let target = Target::machine(Machine::from_system().unwrap());
         let mut cfg = comm_config(0.6);
-        cfg.policy = crate::policy::parse("static:compact", 1).unwrap();
+        cfg.policy = crate::policy::parse("static:compact", 1, None).unwrap();
         let n = pids.len();
         let mut all_talk = CommMatrix::zeros(n);
         for i in 0..n {

@@ -7,7 +7,7 @@
 //! ranks' processes; moving the protocol processing instead steers receive processing (RPS)
 //! of the network interfaces, and the previous setting is put back when the run ends.
 
-use crate::policy::{Context, Policy, Proposal};
+use super::{Context, Policy, Proposal};
 use simmer::board::{Board, Snapshot};
 use simmer::policy::{Action, Input, Thresholds};
 use simmer::protocol::{self, NetSample, ProcSource, Steering};

@@ -1,9 +1,14 @@
 //! Policies: what placement the manager should aim for. The loop asks the policy for a
 //! candidate; [`crate::control::Controller`] decides whether moving to it is worth it.
-//! `comm`, `static:ALGO` and `none` live here; `simmer` in [`crate::simmer_policy`].
+//! `comm`, `static:ALGO` and `none` live here; `simmer` in [`simmer`]. [`parse`] builds
+//! each of them from its name.
+
+pub mod simmer;
 
 use mapping::{Algorithm, Options, Target};
 use matrix::CommMatrix;
+use std::path::PathBuf;
+use topology::Machine;
 
 /// A candidate placement: one slot (global PU index of the target) per live task.
 #[derive(Clone, Debug, PartialEq)]
@@ -146,14 +151,38 @@ impl Policy for Observe {
     }
 }
 
-/// Parses `comm`, `static:ALGO` or `none` (`simmer` needs more set-up: see the CLI).
-pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Policy>, String> {
+/// What `simmer` needs besides its name.
+#[derive(Clone, Debug)]
+pub struct SimmerInputs {
+    /// The board the PMPI agent of the program's ranks publishes on (HUDDLE_BOARD).
+    pub board: PathBuf,
+    /// The machine the ranks run on.
+    pub machine: Machine,
+    /// Decisions are acted on from this confidence (0..1; SIMMer's default 0.6).
+    pub min_confidence: f64,
+}
+
+/// Builds the policy `spec` names: `comm`, `static:ALGO`, `none`, or `simmer`, which needs
+/// `inputs` (an error without). `seed` seeds the mapping algorithms.
+pub fn parse(
+    spec: &str,
+    seed: u64,
+    inputs: Option<SimmerInputs>,
+) -> Result<Box<dyn Policy>, String> {
     match spec {
         "comm" => Ok(Box::new(Comm {
             algorithm: Algorithm::Huddle,
             seed,
         })),
         "none" => Ok(Box::new(Observe)),
+        "simmer" => {
+            let i = inputs.ok_or("policy 'simmer' needs the board of the program's PMPI agent")?;
+            Ok(Box::new(simmer::Simmer::new(
+                i.board,
+                i.machine,
+                i.min_confidence,
+            )))
+        }
         s => match s.strip_prefix("static:") {
             Some(a) => Ok(Box::new(Static::new(
                 Algorithm::parse(a).map_err(|e| e.to_string())?,
@@ -198,7 +227,7 @@ mod tests {
     fn comm_puts_partners_in_one_package() {
         let t = target();
         let p = ask(
-            parse("comm", 1).unwrap().as_mut(),
+            parse("comm", 1, None).unwrap().as_mut(),
             &pairs(),
             &t,
             &[0, 1, 2, 3],
@@ -211,14 +240,14 @@ mod tests {
 
     #[test]
     fn comm_proposes_nothing_without_traffic() {
-        let mut p = parse("comm", 1).unwrap();
+        let mut p = parse("comm", 1, None).unwrap();
         assert!(ask(p.as_mut(), &CommMatrix::zeros(4), &target(), &[0, 1, 2, 3]).is_none());
     }
 
     #[test]
     fn static_maps_once_and_holds() {
         let t = target();
-        let mut p = parse("static:huddle", 1).unwrap();
+        let mut p = parse("static:huddle", 1, None).unwrap();
         assert!(ask(p.as_mut(), &CommMatrix::zeros(4), &t, &[0; 4]).is_none());
         let first = ask(p.as_mut(), &pairs(), &t, &[0; 4]).unwrap();
         let mut other = CommMatrix::zeros(4);
@@ -233,17 +262,24 @@ mod tests {
             "applied as chosen, every task"
         );
         // Baselines need no traffic.
-        let mut c = parse("static:compact", 1).unwrap();
+        let mut c = parse("static:compact", 1, None).unwrap();
         assert!(!c.needs_traffic());
-        assert!(parse("static:huddle", 1).unwrap().needs_traffic());
+        assert!(parse("static:huddle", 1, None).unwrap().needs_traffic());
         assert!(ask(c.as_mut(), &CommMatrix::zeros(4), &t, &[0; 4]).is_some());
     }
 
     #[test]
     fn none_never_proposes_and_bad_names_fail() {
-        let mut p = parse("none", 1).unwrap();
+        let mut p = parse("none", 1, None).unwrap();
         assert!(ask(p.as_mut(), &pairs(), &target(), &[0, 1, 2, 3]).is_none());
-        assert!(parse("fastest", 1).is_err());
-        assert!(parse("static:magic", 1).is_err());
+        assert!(parse("fastest", 1, None).is_err());
+        assert!(parse("static:magic", 1, None).is_err());
+        assert!(parse("simmer", 1, None).is_err(), "simmer needs its board");
+        let inputs = SimmerInputs {
+            board: "/nonexistent/board".into(),
+            machine: Machine::from_synthetic("pack:1 core:2 pu:1").unwrap(),
+            min_confidence: 0.6,
+        };
+        assert_eq!(parse("simmer", 1, Some(inputs)).unwrap().name(), "simmer");
     }
 }
