@@ -61,29 +61,34 @@ fn linked_mpi(path: &std::path::Path) -> Option<&'static str> {
     }
 }
 
-/// The PMPI agent built for `flavour` (build/mpi/<flavour>/libhuddle_pmpi.so, see
-/// mk/pmpi.mk), or `HUDDLE_PMPI` if set.
+/// The PMPI agent built for `flavour`: `HUDDLE_PMPI` if set, else the first that exists of
+/// `<huddle's dir>/../lib/huddle/<flavour>/libhuddle_pmpi.so` (an installed layout) and
+/// `build/mpi/<flavour>/libhuddle_pmpi.so` of the source tree this huddle was built from
+/// (mk/pmpi.mk puts it there).
 pub fn pmpi_library_for(flavour: &str) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("HUDDLE_PMPI") {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe().unwrap_or_default();
-    let root = exe
+    let installed = exe
         .ancestors()
-        .nth(3)
-        .map(PathBuf::from)
+        .nth(2)
+        .map(|prefix| prefix.join("lib/huddle").join(flavour))
         .unwrap_or_default();
-    let lib = root
-        .join("build/mpi")
-        .join(flavour)
-        .join("libhuddle_pmpi.so");
-    if lib.is_file() {
-        Ok(lib)
-    } else {
-        Err(format!(
-            "{} not found (build it with `make build-pmpi`)",
-            lib.display()
-        ))
+    // The workspace above crates/cli, fixed at build time.
+    let tree = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .map(|root| root.join("build/mpi").join(flavour))
+        .unwrap_or_default();
+    let candidates = [installed, tree].map(|d| d.join("libhuddle_pmpi.so"));
+    match candidates.iter().find(|p| p.is_file()) {
+        Some(lib) => Ok(lib.canonicalize().unwrap_or_else(|_| lib.clone())),
+        None => Err(format!(
+            "no PMPI agent for {flavour}: neither {} nor {} exists (build it with `make build-pmpi`, or set HUDDLE_PMPI)",
+            candidates[0].display(),
+            candidates[1].display()
+        )),
     }
 }
 
