@@ -2,9 +2,9 @@
 //! task table and periodic snapshots (CSV and JSON; schema in docs/detect.md).
 
 use crate::exit::{bad_input, start_error};
+use detect::document::{self, Document, Snapshot};
 use detect::{AgentConfig, Config, Granularity, Session, Target};
 use manager::mpi::{MpiTraffic, SourceMode};
-use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -76,43 +76,6 @@ pub struct Args {
     /// The program and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
-}
-
-#[derive(Serialize)]
-struct Snapshot {
-    t_s: f64,
-    /// Task indexes (into `tasks`) of the rows.
-    rows: Vec<usize>,
-    matrix: Vec<Vec<f64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cell_sources: Option<Vec<Vec<&'static str>>>,
-    faults: u64,
-    comm_events: u64,
-}
-
-#[derive(Serialize)]
-struct Document<'a> {
-    schema: &'static str,
-    command: Vec<String>,
-    block_size: u64,
-    granularity: Granularity,
-    exit_status: i32,
-    /// CLOCK_MONOTONIC ns at the start; snapshot `t_s` and task `first_seen_ms` count from it.
-    start_monotonic_ns: u64,
-    /// Task indexes (into `tasks`) of the matrix rows, in order.
-    rows: &'a [usize],
-    matrix: Vec<Vec<f64>>,
-    /// MPI programs: where each cell came from ("mpi", "faults", "" for zero).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cell_sources: Option<Vec<Vec<&'static str>>>,
-    /// MPI programs: for each row, the MPI rank whose MPI-calling thread it is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    row_mpi_ranks: Option<Vec<Option<usize>>>,
-    tasks: &'a [detect::TaskInfo],
-    sources: &'a [detect::SourceStatus],
-    agent_notes: Vec<String>,
-    stats: detect::Stats,
-    snapshots: &'a [Snapshot],
 }
 
 type Mpi = Option<(MpiTraffic, SourceMode)>;
@@ -369,26 +332,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     } = merged(&s, &rows, &mpi);
     let tasks = s.tasks();
     write(&args.out, &m.to_csv())?;
-    let mut table = String::from("index,tid,pid,comm,first_seen_ms,exited,agent,row\n");
-    for (i, t) in tasks.iter().enumerate() {
-        let row = rows
-            .iter()
-            .position(|&r| r == i)
-            .map_or(String::new(), |r| r.to_string());
-        table += &format!(
-            "{i},{},{},{},{:.3},{},{},{row}\n",
-            t.tid,
-            t.pid,
-            t.comm.replace([',', '\n'], "_"),
-            t.first_seen_ms,
-            t.exited,
-            t.agent
-        );
-    }
-    write(&with_suffix(&args.out, ".tasks.csv"), &table)?;
+    write(
+        &with_suffix(&args.out, ".tasks.csv"),
+        &document::tasks_csv(&tasks, &rows),
+    )?;
     let stats = s.stats();
     let doc = Document {
-        schema: "huddle.detect/1",
+        schema: document::SCHEMA,
         command: args
             .command
             .iter()

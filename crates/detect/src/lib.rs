@@ -43,6 +43,7 @@
 
 pub mod agent_env;
 pub mod budget;
+pub mod document;
 pub mod owners;
 pub mod perf;
 pub mod procmaps;
