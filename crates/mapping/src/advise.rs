@@ -61,6 +61,7 @@ impl Traffic {
         Traffic { n: g.n(), sends }
     }
 
+    /// Number of ranks.
     pub fn n(&self) -> usize {
         self.n
     }
@@ -122,10 +123,12 @@ impl Contention {
     }
 }
 
+/// One placement the advisor scores: where each rank runs and its network figures.
 #[derive(Clone, Debug, Serialize)]
 pub struct Placement {
     /// "blocked", "cyclic" or "mapped".
     pub name: &'static str,
+    /// The slot of each rank and its level-weighted cost.
     pub mapping: Mapping,
     /// Traffic that crosses the network (volume, as the cost model counts it).
     pub network: f64,
@@ -141,6 +144,7 @@ pub struct Placement {
 /// mapped wins.
 #[derive(Clone, Debug, Serialize)]
 pub struct Advice {
+    /// Blocked, cyclic and mapped, in that order.
     pub placements: Vec<Placement>,
     /// The better of blocked and cyclic (what a launcher flag can select).
     pub launcher_choice: &'static str,

@@ -8,14 +8,18 @@
 
 use crate::Target;
 
+/// One inner node of an [`Arch`] tree.
 #[derive(Clone, Debug)]
 pub struct Node {
-    /// Leaves covered, half-open.
+    /// First leaf covered.
     pub lo: usize,
+    /// One past the last leaf covered (leaves `lo..hi`).
     pub hi: usize,
+    /// Cost two leaves pay when this is their deepest common node (the target's level cost).
     pub cost: f64,
     /// Child inner nodes and leaves, in leaf order. A child `c` is a leaf when `c >= LEAF`.
     pub children: Vec<usize>,
+    /// The parent node (index into [`Arch::nodes`]); None for the root.
     pub parent: Option<usize>,
     /// Height above the leaves (nodes whose children are all leaves have height 1).
     pub height: usize,
@@ -24,8 +28,11 @@ pub struct Node {
 /// Children at or above this value are leaves (`c - LEAF` is the leaf index).
 pub const LEAF: usize = usize::MAX / 2;
 
+/// The chosen slots as a tree: one leaf per slot (per task), inner nodes where the level
+/// between neighbouring slots rises. See the module documentation.
 #[derive(Clone, Debug)]
 pub struct Arch {
+    /// Inner nodes; the root is 0 and every parent comes before its children.
     pub nodes: Vec<Node>,
     slots: Vec<usize>,
     leaf_parent: Vec<usize>,
@@ -41,7 +48,7 @@ pub struct Arch {
 }
 
 impl Arch {
-    /// `slots`: sorted global PU indexes, one per leaf.
+    /// `slots`: sorted global PU indexes, one per leaf; must not be empty.
     pub fn build(target: &Target, slots: &[usize]) -> Arch {
         let costs = target.costs();
         let mut a = Arch {
@@ -134,6 +141,7 @@ impl Arch {
         id
     }
 
+    /// Number of leaves: the number of slots it was built from.
     pub fn num_leaves(&self) -> usize {
         self.slots.len()
     }
@@ -143,6 +151,7 @@ impl Arch {
         self.slots[leaf]
     }
 
+    /// Index of the root in [`Arch::nodes`]: always 0.
     pub fn root(&self) -> usize {
         0
     }

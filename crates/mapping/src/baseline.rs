@@ -3,6 +3,8 @@
 use crate::rng::SplitMix64;
 use crate::{Algorithm, Arch, MapError, Options, Target};
 
+/// The global PU index of each of `n` tasks under a baseline `alg` (compact, scatter,
+/// round-robin, random or identity); PU loads differ by at most one when oversubscribed.
 pub fn place(
     alg: Algorithm,
     n: usize,

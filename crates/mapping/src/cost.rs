@@ -12,8 +12,10 @@ use crate::{Graph, Target};
 use matrix::CommMatrix;
 use topology::Level;
 
+/// A mapping's score under the shared cost model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Evaluation {
+    /// Sum over task pairs of w(i, j) times the cost of their PUs' finest shared level.
     pub cost: f64,
     /// (level, traffic whose finest shared level is this one) for every level, nearest first.
     pub levels: Vec<(Level, f64)>,

@@ -3,7 +3,7 @@
 
 use matrix::CommMatrix;
 
-/// Undirected weighted graph over tasks; w(i, j) = (M[i][j] + M[j][i]) / 2, no self loops.
+/// Undirected weighted graph over tasks; w(i, j) = (M\[i\]\[j\] + M\[j\]\[i\]) / 2, no self loops.
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
     xadj: Vec<usize>,
@@ -12,6 +12,8 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// The symmetrised matrix: an edge for each pair i < j with w(i, j) > 0; the diagonal
+    /// is ignored.
     pub fn from_matrix(m: &CommMatrix) -> Graph {
         let n = m.n();
         let mut edges = Vec::new();
@@ -60,6 +62,7 @@ impl Graph {
         Graph { xadj, adj, wgt }
     }
 
+    /// Number of tasks (vertices), with or without edges; 0 for the default graph.
     pub fn n(&self) -> usize {
         self.xadj.len().saturating_sub(1)
     }
@@ -73,6 +76,7 @@ impl Graph {
             .zip(self.wgt[r].iter().copied())
     }
 
+    /// Number of distinct neighbours of `i`; panics if i >= `n()`.
     pub fn degree(&self, i: usize) -> usize {
         self.xadj[i + 1] - self.xadj[i]
     }
@@ -91,6 +95,7 @@ impl Graph {
         })
     }
 
+    /// Number of undirected edges, each pair once.
     pub fn num_edges(&self) -> usize {
         self.adj.len() / 2
     }

@@ -10,6 +10,7 @@ use crate::arch::{Arch, LEAF};
 use crate::Graph;
 use std::collections::HashMap;
 
+/// How each stage forms its groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strategy {
     /// Seed each group with the heaviest unit left, then add the unit with the most traffic

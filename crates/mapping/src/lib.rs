@@ -10,6 +10,8 @@
 //! allowed PUs only); the algorithm then decides which task goes to which of those slots.
 //! The baselines (compact, scatter, ...) skip the first step: they are what other tools do.
 
+#![warn(missing_docs)]
+
 mod arch;
 mod baseline;
 pub mod cost;
@@ -40,15 +42,25 @@ use topology::Level;
 pub enum MapError {
     /// More tasks than allowed PUs and oversubscription was not asked for.
     #[error("{tasks} tasks but only {slots} allowed PUs (pass --oversubscribe to share PUs)")]
-    TooManyTasks { tasks: usize, slots: usize },
+    TooManyTasks {
+        /// Number of tasks to place.
+        tasks: usize,
+        /// Number of allowed PUs (over every node).
+        slots: usize,
+    },
+    /// The target has no allowed PU.
     #[error("no allowed PU to map onto")]
     NoSlots,
+    /// The matrix or graph has zero tasks.
     #[error("the matrix has no tasks")]
     NoTasks,
+    /// The name is none of [`Algorithm::name`]'s.
     #[error("unknown algorithm '{0}' (huddle, drb, greedy, treematch, scotch, compact, scatter, round-robin, random, identity)")]
     UnknownAlgorithm(String),
+    /// A PU selection that topology refused (see [`Target::restrict`]).
     #[error("PU selection: {0}")]
     Location(#[from] topology::TopologyError),
+    /// libscotch failed, or a size exceeds Scotch's int range; the text says which.
     #[error("scotch: {0}")]
     Scotch(String),
     /// The advisor's link bandwidth must be a positive, finite number of bytes per second.
@@ -84,6 +96,7 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every algorithm: huddle's own, then Scotch, then the baselines.
     pub const ALL: [Algorithm; 10] = [
         Algorithm::Huddle,
         Algorithm::Drb,
@@ -105,6 +118,7 @@ impl Algorithm {
         Algorithm::Identity,
     ];
 
+    /// The name `--algorithm` takes and reports print (the serde name too).
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Huddle => "huddle",
@@ -120,6 +134,8 @@ impl Algorithm {
         }
     }
 
+    /// The algorithm whose [`Algorithm::name`] is exactly `name` (case-sensitive), else
+    /// [`MapError::UnknownAlgorithm`].
     pub fn parse(name: &str) -> Result<Algorithm, MapError> {
         Algorithm::ALL
             .into_iter()
@@ -137,6 +153,7 @@ impl fmt::Display for Algorithm {
 /// How to map.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// The algorithm [`map`] runs (the advisor always runs [`Algorithm::Huddle`]).
     pub algorithm: Algorithm,
     /// Seed for every randomised choice; the same seed gives the same mapping.
     pub seed: u64,
@@ -163,9 +180,11 @@ impl Default for Options {
 pub struct Mapping {
     /// Global PU index (PU logical index on a single machine) of each task.
     pub slots: Vec<usize>,
+    /// The shared model's cost ([`cost::evaluate`]): traffic times level cost, summed over pairs.
     pub cost: f64,
     /// Traffic that stays inside each level, nearest first; sums to the matrix total.
     pub levels: Vec<(Level, f64)>,
+    /// The algorithm that made it.
     pub algorithm: Algorithm,
     /// Time the algorithm took (not counting the cost evaluation).
     pub seconds: f64,

@@ -8,10 +8,13 @@
 use matrix::CommMatrix;
 use serde::Serialize;
 
+/// The column layout [`orient`] found in a matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Orientation {
+    /// Column j is task j; the matrix was used as it stands.
     AsIs,
+    /// Column j held task n-1-j; [`orient`] flipped it back.
     ReversedColumns,
 }
 

@@ -21,6 +21,7 @@ pub struct Partners {
 }
 
 impl Partners {
+    /// Up to `PARTNERS` heaviest neighbours of every task of `graph`.
     pub fn new(graph: &Graph) -> Partners {
         let mut start = Vec::with_capacity(graph.n() + 1);
         let mut list = Vec::with_capacity(graph.n() * PARTNERS);

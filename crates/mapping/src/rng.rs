@@ -1,13 +1,16 @@
 //! SplitMix64: a tiny, fixed generator, so that "same seed, same mapping" holds across
 //! dependency upgrades (rand's generators may change their streams between versions).
 
+/// A SplitMix64 generator; the same seed always gives the same stream.
 pub struct SplitMix64(u64);
 
 impl SplitMix64 {
+    /// A generator starting from `seed` (any value, 0 included).
     pub fn new(seed: u64) -> Self {
         SplitMix64(seed)
     }
 
+    /// The next 64 uniformly distributed bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -21,6 +24,7 @@ impl SplitMix64 {
         (self.next_u64() % n as u64) as usize
     }
 
+    /// Shuffles `v` in place (Fisher-Yates); empty and one-element slices are left alone.
     pub fn shuffle<T>(&mut self, v: &mut [T]) {
         for i in (1..v.len()).rev() {
             v.swap(i, self.below(i + 1));

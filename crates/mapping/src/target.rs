@@ -74,22 +74,28 @@ impl Target {
         }
     }
 
+    /// True when built by [`Target::cluster`] (even of one machine), false for
+    /// [`Target::machine`] and [`Target::node_target`].
     pub fn is_cluster(&self) -> bool {
         !self.single
     }
 
+    /// Number of machines (1 for a single machine).
     pub fn num_nodes(&self) -> usize {
         self.cluster.machines.len()
     }
 
+    /// The machines, in node order.
     pub fn machines(&self) -> &[Machine] {
         &self.cluster.machines
     }
 
+    /// Number of slots: every machine's PUs, allowed or not.
     pub fn num_pus(&self) -> usize {
         self.allowed.len()
     }
 
+    /// Whether a mapping may use this slot; false for a slot out of range.
     pub fn is_allowed(&self, global: usize) -> bool {
         self.allowed.get(global).copied().unwrap_or(false)
     }
@@ -103,6 +109,7 @@ impl Target {
             .collect()
     }
 
+    /// The level costs [`Target::distance`] and the cost model use.
     pub fn costs(&self) -> &LevelCosts {
         &self.cluster.costs
     }
@@ -120,14 +127,17 @@ impl Target {
         self.cluster.level(a, b)
     }
 
+    /// Communication cost between two slots under [`Target::costs`].
     pub fn distance(&self, a: usize, b: usize) -> f64 {
         self.cluster.distance(a, b)
     }
 
+    /// The node (machine index) a slot is on; 0 on a single machine.
     pub fn node_of(&self, global: usize) -> usize {
         self.cluster.locate(global).0
     }
 
+    /// The slot of PU `pu` (logical index) on node `node`.
     pub fn global(&self, node: usize, pu: usize) -> usize {
         self.cluster.global(node, pu)
     }
@@ -138,10 +148,13 @@ impl Target {
         &self.cluster.machines[node].pus[pu]
     }
 
+    /// OS index (kernel CPU number on its own machine) of a slot's PU.
     pub fn os_index(&self, global: usize) -> u32 {
         self.pu(global).os_index
     }
 
+    /// Rank of a slot among the allowed PUs of its core (0 = first hardware thread); 0 for a
+    /// PU that is not allowed. Panics if the slot is out of range.
     pub fn smt_rank(&self, global: usize) -> usize {
         self.smt_rank[global]
     }

@@ -2,6 +2,8 @@
 //! numbers; entry (i, j) is the communication between tasks i and j (the format of
 //! shared/data/matrices). Detection writes them, mapping reads them.
 
+#![warn(missing_docs)]
+
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -9,13 +11,25 @@ use std::path::Path;
 /// A parse error that names the file, line and column at fault (1-based).
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum MatrixError {
+    /// A problem with the whole file: unreadable, empty, or cells beyond [`MAX_TOTAL`].
     #[error("{file}: {reason}")]
-    File { file: String, reason: String },
+    File {
+        /// The file's name, as given.
+        file: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A problem at one cell: not a number, not finite, negative, or a row of the wrong length.
     #[error("{file}:{line}:{column}: {reason}")]
     Cell {
+        /// The file's name, as given.
         file: String,
+        /// Line in the text, 1-based, blank lines counted.
         line: usize,
+        /// Comma-separated field in the line, 1-based (for a row of the wrong length, the
+        /// first missing or extra one).
         column: usize,
+        /// What is wrong with the cell.
         reason: String,
     },
 }
@@ -31,6 +45,7 @@ pub struct CommMatrix {
 }
 
 impl CommMatrix {
+    /// An n x n matrix of zeros (n = 0 gives the empty matrix).
     pub fn zeros(n: usize) -> CommMatrix {
         CommMatrix {
             n,
@@ -52,14 +67,17 @@ impl CommMatrix {
         m
     }
 
+    /// Number of tasks: the number of rows, equal to the number of columns.
     pub fn n(&self) -> usize {
         self.n
     }
 
+    /// Entry at row i, column j: traffic from task i to task j. Both must be below `n()`.
     pub fn get(&self, i: usize, j: usize) -> f64 {
         self.data[i * self.n + j]
     }
 
+    /// Sets entry (i, j); panics if `v` is negative or not finite. Both must be below `n()`.
     pub fn set(&mut self, i: usize, j: usize, v: f64) {
         assert!(
             v.is_finite() && v >= 0.0,
@@ -68,11 +86,13 @@ impl CommMatrix {
         self.data[i * self.n + j] = v;
     }
 
+    /// Adds `v` to entry (i, j); panics if the result is negative or not finite.
     pub fn add(&mut self, i: usize, j: usize, v: f64) {
         let cur = self.get(i, j);
         self.set(i, j, cur + v);
     }
 
+    /// Row i (what task i sends to each task), `n()` entries; panics if i >= `n()`.
     pub fn row(&self, i: usize) -> &[f64] {
         &self.data[i * self.n..(i + 1) * self.n]
     }
@@ -176,7 +196,7 @@ impl CommMatrix {
         Ok(m)
     }
 
-    /// Whether m[i][j] equals m[j][i] everywhere (within a relative 1e-9).
+    /// Whether m\[i\]\[j\] equals m\[j\]\[i\] everywhere (within a relative 1e-9).
     pub fn is_symmetric(&self) -> bool {
         (0..self.n).all(|i| {
             (i + 1..self.n).all(|j| {

@@ -4,11 +4,16 @@
 use crate::{Level, LevelCosts, Machine, TopologyError};
 use std::path::PathBuf;
 
+/// Machines joined by a network. A global PU index (a slot) runs over every machine's PUs,
+/// machine after machine, each in logical order; PUs on different machines share
+/// [`Level::Network`].
 #[derive(Clone, Debug)]
 pub struct Cluster {
+    /// The machines in node order: node k is `machines[k]`.
     pub machines: Vec<Machine>,
     /// Global index of each machine's first PU.
     offsets: Vec<usize>,
+    /// Level costs [`Cluster::distance`] uses: the first machine's unless replaced.
     pub costs: LevelCosts,
 }
 
@@ -36,6 +41,9 @@ impl Cluster {
         )
     }
 
+    /// The machines as nodes 0, 1, ... in order, with the first machine's level costs (the
+    /// defaults when there is none). Accepts an empty list (a cluster of no PU); never fails
+    /// at present.
     pub fn new(machines: Vec<Machine>) -> Result<Cluster, TopologyError> {
         let mut offsets = Vec::with_capacity(machines.len());
         let mut total = 0;
@@ -54,6 +62,7 @@ impl Cluster {
         })
     }
 
+    /// Number of PUs over all machines, allowed or not (0 for no machine).
     pub fn num_pus(&self) -> usize {
         self.offsets
             .last()
@@ -66,10 +75,14 @@ impl Cluster {
         (node, global - self.offsets[node])
     }
 
+    /// Global index of PU `pu` (logical index) of machine `node`: the inverse of
+    /// [`Cluster::locate`]. Panics if `node` is out of range; `pu` is not checked.
     pub fn global(&self, node: usize, pu: usize) -> usize {
         self.offsets[node] + pu
     }
 
+    /// The finest level two PUs (global indexes) share: [`Level::Network`] on different
+    /// machines, else the machine's own [`Machine::level`].
     pub fn level(&self, a: usize, b: usize) -> Level {
         let ((na, pa), (nb, pb)) = (self.locate(a), self.locate(b));
         if na != nb {
@@ -79,6 +92,7 @@ impl Cluster {
         }
     }
 
+    /// Communication cost between two PUs (global indexes) under the cluster's level costs.
     pub fn distance(&self, a: usize, b: usize) -> f64 {
         self.costs.get(self.level(a, b))
     }

@@ -9,6 +9,8 @@
 //! local to, as in hwloc 2. Every tree node covers a contiguous range of PUs in logical order,
 //! which is what makes the deepest-common-ancestor query cheap.
 
+#![warn(missing_docs)]
+
 mod cluster;
 mod load;
 mod location;
@@ -25,16 +27,45 @@ use std::fmt;
 /// input at fault, in one line.
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
+    /// An hwloc XML file that cannot be read or is not a topology hwloc accepts.
     #[error("{path}: {reason}")]
-    BadFile { path: String, reason: String },
+    BadFile {
+        /// The file's path, as given.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A synthetic description refused by huddle's checks (syntax, unknown level, a zero
+    /// count, more than [`MAX_PUS`] PUs) or by hwloc.
     #[error("synthetic description '{desc}': {reason}")]
-    BadSynthetic { desc: String, reason: String },
+    BadSynthetic {
+        /// The description, as given.
+        desc: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A location string that does not parse, names an object that does not exist, or
+    /// selects no PU.
     #[error("location '{location}': {reason}")]
-    BadLocation { location: String, reason: String },
+    BadLocation {
+        /// The location string, as given.
+        location: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A `level=cost,...` specification refused by [`LevelCosts::parse`].
     #[error("level costs '{spec}': {reason}")]
-    BadCosts { spec: String, reason: String },
+    BadCosts {
+        /// The specification, as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A cluster that cannot be built (no node given), or both an XML file and a synthetic
+    /// description given to [`Machine::load`].
     #[error("cluster: {0}")]
     BadCluster(String),
+    /// hwloc failed to discover the running system; the text is hwloc's error.
     #[error("hwloc could not discover this machine: {0}")]
     Discovery(String),
 }
@@ -44,16 +75,27 @@ pub enum TopologyError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ObjKind {
+    /// The whole machine: the root of the tree.
     Machine,
+    /// An hwloc Group: objects hwloc gathers by locality (e.g. a sub-NUMA cluster).
     Group,
+    /// A processor package (socket).
     Package,
+    /// A die inside a package.
     Die,
+    /// A level-5 data or unified cache.
     L5,
+    /// A level-4 data or unified cache.
     L4,
+    /// A level-3 data or unified cache.
     L3,
+    /// A level-2 data or unified cache.
     L2,
+    /// A level-1 data or unified cache.
     L1,
+    /// A core: one or more hardware threads.
     Core,
+    /// A processing unit (hardware thread); always a leaf.
     Pu,
 }
 
@@ -85,11 +127,15 @@ pub enum Level {
     Pu,
     /// Two hardware threads of one core.
     Core,
+    /// The same L1 cache, not the same core.
     L1,
+    /// The same L2 cache, nothing nearer.
     L2,
     /// Any last-level cache above L2 (L3, L4, L5).
     L3,
+    /// The same NUMA node (local memory), no cache; only with more than one NUMA node.
     Numa,
+    /// The same package or die, no cache or NUMA node.
     Package,
     /// The same machine, across packages or groups.
     Machine,
@@ -98,6 +144,7 @@ pub enum Level {
 }
 
 impl Level {
+    /// Every level, nearest first; `level as usize` is its index here.
     pub const ALL: [Level; 9] = [
         Level::Pu,
         Level::Core,
@@ -110,6 +157,7 @@ impl Level {
         Level::Network,
     ];
 
+    /// Lowercase name, as [`LevelCosts::parse`] reads it and `Display` writes it.
     pub fn name(self) -> &'static str {
         match self {
             Level::Pu => "pu",
@@ -166,6 +214,8 @@ impl Default for LevelCosts {
 pub const MAX_LEVEL_COST: f64 = 1e6;
 
 impl LevelCosts {
+    /// Cost per unit of traffic whose finest shared level is `level` (a relative weight, no
+    /// unit; between 0 and [`MAX_LEVEL_COST`]).
     pub fn get(&self, level: Level) -> f64 {
         self.costs[level as usize]
     }
@@ -209,11 +259,13 @@ impl LevelCosts {
 /// One NUMA node (memory controller domain).
 #[derive(Clone, Debug, Serialize)]
 pub struct NumaNode {
+    /// The kernel's NUMA node number.
     pub os_index: u32,
+    /// hwloc's logical index; also this node's index in [`Machine::numa_nodes`].
     pub logical_index: u32,
     /// Local memory in bytes, when the source says.
     pub memory: Option<u64>,
-    /// The tree node whose PUs are local to this memory.
+    /// The tree node whose PUs are local to this memory (index into [`Machine::nodes`]).
     #[serde(skip)]
     pub attached_to: u32,
 }
@@ -221,11 +273,15 @@ pub struct NumaNode {
 /// One node of the CPU-side tree.
 #[derive(Clone, Debug)]
 pub struct Node {
+    /// What kind of hwloc object this node is.
     pub kind: ObjKind,
     /// hwloc's logical index among objects of the same kind (and, for groups, same depth).
     pub logical_index: u32,
+    /// hwloc's OS index of the object; None when hwloc has none (unknown or irrelevant).
     pub os_index: Option<u32>,
+    /// The nearest kept ancestor (index into [`Machine::nodes`]); None for the root.
     pub parent: Option<u32>,
+    /// Child nodes (indexes into [`Machine::nodes`]), in ascending PU order.
     pub children: Vec<u32>,
     /// Depth in huddle's tree (root = 0).
     pub depth: u16,
@@ -240,13 +296,22 @@ pub struct Node {
 /// One processing unit (hardware thread), with the logical index of each enclosing object.
 #[derive(Clone, Debug, Serialize)]
 pub struct Pu {
+    /// The kernel's CPU number (as `taskset -c` takes it).
     pub os_index: u32,
+    /// hwloc's logical index; also this PU's index in [`Machine::pus`].
     pub logical_index: u32,
+    /// Logical index of the enclosing core; None without one.
     pub core: Option<u32>,
+    /// Logical index of the enclosing L1 cache; None without one.
     pub l1: Option<u32>,
+    /// Logical index of the enclosing L2 cache; None without one.
     pub l2: Option<u32>,
+    /// Logical index of the enclosing L3 cache (L4 and L5 are not recorded); None without one.
     pub l3: Option<u32>,
+    /// Logical index of the local NUMA node: the lowest one attached to the nearest ancestor
+    /// that has any; None when no ancestor has one.
     pub numa: Option<u32>,
+    /// Logical index of the enclosing package; None without one.
     pub package: Option<u32>,
     /// False when the process may not run here (cpuset, cgroup or affinity mask).
     pub allowed: bool,
@@ -258,18 +323,24 @@ pub struct Pu {
 /// The model of one machine.
 #[derive(Clone, Debug)]
 pub struct Machine {
+    /// Where the model was loaded from.
     pub source: Source,
+    /// The CPU-side tree in depth-first order; index 0 is the root (the machine).
     pub nodes: Vec<Node>,
+    /// Every PU, allowed or not, indexed by logical index.
     pub pus: Vec<Pu>,
+    /// Every NUMA node, indexed by logical index.
     pub numa_nodes: Vec<NumaNode>,
     /// NUMA relative latencies (row-major, NUMA logical order) when the source has them.
     pub numa_distances: Option<Vec<Vec<u64>>>,
     /// CPUs' worth of time the cgroup allows (cpu.max quota / period), if limited.
     pub cpu_quota: Option<f64>,
+    /// Level costs [`Machine::distance`] uses; the defaults unless replaced.
     pub costs: LevelCosts,
 }
 
 impl Machine {
+    /// Number of PUs in the model, allowed or not.
     pub fn num_pus(&self) -> usize {
         self.pus.len()
     }
@@ -359,17 +430,27 @@ impl Machine {
 /// Per-level object counts, as `huddle topo --json` reports them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
+    /// Machine objects (1 for a model of one machine).
     pub machine: usize,
+    /// Group objects.
     pub group: usize,
+    /// Packages.
     pub package: usize,
+    /// Dies.
     pub die: usize,
+    /// NUMA nodes.
     pub numa: usize,
     /// L4 and L5 caches together.
     pub l4: usize,
+    /// L3 caches.
     pub l3: usize,
+    /// L2 caches.
     pub l2: usize,
+    /// L1 data or unified caches.
     pub l1: usize,
+    /// Cores.
     pub core: usize,
+    /// PUs, allowed or not.
     pub pu: usize,
 }
 

@@ -17,8 +17,11 @@ pub const MAX_PUS: u64 = 65_536;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", content = "value", rename_all = "lowercase")]
 pub enum Source {
+    /// The running system ([`Machine::from_system`]).
     System,
+    /// An hwloc XML export, read from this path.
     Xml(PathBuf),
+    /// An hwloc synthetic description, as given.
     Synthetic(String),
 }
 
@@ -97,6 +100,7 @@ impl Machine {
         }
     }
 
+    /// This machine with `costs` in place of its level costs.
     pub fn with_costs(mut self, costs: LevelCosts) -> Machine {
         self.costs = costs;
         self
