@@ -98,7 +98,7 @@ fn private_dir_is_stale(name: &str) -> bool {
 /// Removes the private directories in `base` that huddle processes killed before they could
 /// clean up left behind (with the agents' ring files in them), and returns how many. Only
 /// real directories of our own user are touched, never what a symbolic link points to, and
-/// never the directory of a huddle that still runs (see [`private_dir_is_stale`]). A program
+/// never the directory of a huddle that still runs (see `private_dir_is_stale`). A program
 /// that outlived its huddle keeps its mapping of a removed ring.
 pub fn remove_stale_private_dirs(base: &Path) -> usize {
     use std::os::unix::fs::MetadataExt;

@@ -33,6 +33,9 @@ const NEW_SHARE: f64 = 0.5;
 /// word) holds no pattern for a boost to overturn, and any pair of it looks weak.
 const MIN_TREND: f64 = 32.0;
 
+/// Chooses the program-wide re-arm floor (pages/s) from the communication events: `high`
+/// for [`START_NS`] after the start and for [`BOOST_NS`] after a window of mostly weak
+/// pairs, `low` otherwise. Times are CLOCK_MONOTONIC ns; tasks are task indexes.
 pub struct Budget {
     high: u64,
     low: u64,
@@ -49,6 +52,8 @@ pub struct Budget {
 }
 
 impl Budget {
+    /// A budget started at `now_ns`, so high until `now_ns + START_NS`; `low` is capped at
+    /// `high`.
     pub fn new(high: u64, low: u64, now_ns: u64) -> Budget {
         Budget {
             high,

@@ -41,6 +41,8 @@
 //! program first-touches memory fast, so the per-CPU rings (`Config::ring_pages`) do not
 //! overflow. Lost records are counted in `Stats::perf_lost`, never hidden.
 
+#![warn(missing_docs)]
+
 pub mod agent_env;
 pub mod budget;
 pub mod document;

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+/// The task (index) that last faulted on each (process, page), for at most `cap` pages.
 pub struct PageOwners {
     /// (process, page number) -> the task that touched it last.
     pages: HashMap<(u32, u64), u32>,
@@ -23,6 +24,8 @@ pub struct PageOwners {
 }
 
 impl PageOwners {
+    /// An empty table for pages of `page_size` bytes (a power of two) that records at most
+    /// `cap` pages.
     pub fn new(page_size: u64, cap: usize) -> PageOwners {
         PageOwners {
             pages: HashMap::new(),
@@ -57,10 +60,12 @@ impl PageOwners {
         v
     }
 
+    /// Pages recorded (at most `cap`).
     pub fn len(&self) -> usize {
         self.pages.len()
     }
 
+    /// Whether no page is recorded.
     pub fn is_empty(&self) -> bool {
         self.pages.is_empty()
     }

@@ -21,50 +21,93 @@ use sys::bindings as b;
 pub enum Record {
     /// A page fault by `tid` (in process `pid`) at `addr`; `time` is CLOCK_MONOTONIC ns.
     Fault {
+        /// Process id of the faulting task.
         pid: u32,
+        /// Thread id of the faulting task.
         tid: u32,
+        /// When it faulted, CLOCK_MONOTONIC ns.
         time: u64,
+        /// The faulting virtual address, byte-precise.
         addr: u64,
+        /// The CPU (OS index) it faulted on.
         cpu: u32,
     },
     /// A task was created: a thread when `pid == ppid`, else a process whose parent is
     /// `ppid` (perf_event_open(2)).
     Fork {
+        /// Process id of the new task (for a thread, the process it joins).
         pid: u32,
+        /// Process id of the creating process.
         ppid: u32,
+        /// Thread id of the new task.
         tid: u32,
+        /// When it was created, CLOCK_MONOTONIC ns.
         time: u64,
     },
     /// A task ended.
-    Exit { pid: u32, tid: u32, time: u64 },
+    Exit {
+        /// Process id of the task.
+        pid: u32,
+        /// Thread id of the task.
+        tid: u32,
+        /// When it ended, CLOCK_MONOTONIC ns.
+        time: u64,
+    },
     /// A task got a new name (exec or prctl).
     Comm {
+        /// Process id of the task.
         pid: u32,
+        /// Thread id of the task.
         tid: u32,
+        /// When it was renamed, CLOCK_MONOTONIC ns.
         time: u64,
+        /// The new name (at most 15 bytes, lossy UTF-8).
         comm: String,
     },
     /// The kernel dropped `lost` records because the buffer was full.
-    Lost { lost: u64 },
+    Lost {
+        /// Records lost (also added to [`PerfSource::lost`]).
+        lost: u64,
+    },
 }
 
 /// Why a perf source could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum PerfError {
+    /// perf_event_open refused with EACCES or EPERM: a missing privilege.
     #[error(
         "perf_event_open on pid {pid} cpu {cpu}: {err} (kernel.perf_event_paranoid = {paranoid}; \
          needs CAP_PERFMON or CAP_SYS_ADMIN, or paranoid <= 2 for user-space-only events)"
     )]
     Permission {
+        /// The thread id the event was for; -1 for every process (system-wide).
         pid: i32,
+        /// The CPU (OS index) the event was for.
         cpu: i32,
+        /// The error perf_event_open returned.
         err: io::Error,
+        /// kernel.perf_event_paranoid as read (see [`paranoid_level`]).
         paranoid: String,
     },
+    /// perf_event_open or PERF_EVENT_IOC_SET_OUTPUT failed otherwise; ESRCH when every task was
+    /// already gone (pid and cpu -1 when none was given).
     #[error("perf_event_open on pid {pid} cpu {cpu}: {err}")]
-    Open { pid: i32, cpu: i32, err: io::Error },
+    Open {
+        /// The thread id the event was for; -1 for every process (system-wide).
+        pid: i32,
+        /// The CPU (OS index) the event was for.
+        cpu: i32,
+        /// The error the call returned.
+        err: io::Error,
+    },
+    /// The ring buffer could not be mapped.
     #[error("mmap of the perf ring buffer ({bytes} bytes): {err}")]
-    Mmap { bytes: usize, err: io::Error },
+    Mmap {
+        /// Length asked for: one control page plus the data pages.
+        bytes: usize,
+        /// The error mmap returned.
+        err: io::Error,
+    },
 }
 
 impl PerfError {
@@ -457,6 +500,7 @@ impl PerfSource {
     }
 }
 
+/// The system page size in bytes (sysconf `_SC_PAGESIZE`).
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }

@@ -4,15 +4,25 @@
 /// One line of /proc/PID/maps.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vma {
+    /// First address of the mapping.
     pub start: u64,
+    /// First address past the mapping (exclusive).
     pub end: u64,
+    /// Readable (`r`).
     pub read: bool,
+    /// Writable (`w`).
     pub write: bool,
+    /// Executable (`x`).
     pub exec: bool,
+    /// A shared mapping (`s`; `p` is private copy-on-write).
     pub shared: bool,
+    /// Offset in bytes of `start` in the mapped file (0 for anonymous memory).
     pub offset: u64,
+    /// Device of the file as `major << 32 | minor` (0 for anonymous memory).
     pub dev: u64,
+    /// Inode of the file (0 for anonymous memory).
     pub inode: u64,
+    /// File path or pseudo-name (`[heap]`, `[stack]`, ...); empty for anonymous memory.
     pub path: String,
 }
 

@@ -10,8 +10,11 @@ use std::path::Path;
 /// The fields of /proc/.../stat huddle uses.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stat {
+    /// The command name: the text between the first '(' and the last ')'.
     pub comm: String,
+    /// The state letter (R, S, D, Z, T, ...).
     pub state: char,
+    /// The parent's process id.
     pub ppid: u32,
     /// utime + stime in clock ticks.
     pub cpu_ticks: u64,
@@ -37,6 +40,8 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
+/// Reads and parses a stat file (/proc/PID/stat or /proc/PID/task/TID/stat); None if it
+/// cannot be read (the task is gone) or does not parse.
 pub fn read_stat(path: &Path) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(path).ok()?)
 }

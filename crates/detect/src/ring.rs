@@ -8,7 +8,11 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+/// First 8 bytes of a complete ring file (`HUDDLEAG`, little-endian): the agent writes it
+/// last, after the rest of the header; the detector maps no ring without it.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
+/// Layout version of [`Header`] and [`Record`]; the detector ignores rings of another one.
+/// Bump it whenever either changes.
 pub const VERSION: u32 = 7;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
@@ -34,6 +38,7 @@ pub fn parse_file_name(name: &str) -> Option<(u32, u32)> {
 
 /// Why private (non-shared) memory is or is not being re-armed.
 pub mod private_mode {
+    /// Not re-armed: disabled, or not decided yet (the header starts zeroed).
     pub const OFF: u32 = 0;
     /// userfaultfd drop-and-restore is active.
     pub const UFFD_WP: u32 = 1;
@@ -43,15 +48,29 @@ pub mod private_mode {
     pub const UNAVAILABLE: u32 = 3;
 }
 
+/// The start of a ring file, shared with the agent (`repr(C)`; change it only with
+/// [`VERSION`]). Fields not marked "written by the detector" are written by the agent and
+/// read by the detector.
 #[repr(C)]
 pub struct Header {
+    /// [`MAGIC`], written by the agent once the rest of the header is set.
     pub magic: u64,
+    /// [`VERSION`] of the agent that made the file.
     pub version: u32,
+    /// [`CAPACITY`] of the agent that made the file (the detector checks `version` instead).
     pub capacity: u32,
+    /// Process id of the agent's process, written once at creation.
     pub pid: u32,
+    /// Thread id of an agent helper thread (each writes its own at start); not read by the
+    /// detector, which tells helpers by their name `huddle-agent`.
     pub helper_tid: AtomicU32,
+    /// Records published so far (a count; the slot is `head % CAPACITY`): written by the
+    /// agent with release, read by the detector with acquire.
     pub head: AtomicU64,
+    /// Records consumed so far: written by the detector with release, read by the agent
+    /// with acquire to tell a full ring.
     pub tail: AtomicU64,
+    /// Records the agent dropped because the ring was full.
     pub dropped: AtomicU64,
     /// Pages of shared mappings whose PTEs were dropped (MADV_DONTNEED).
     pub rearmed_shared: AtomicU64,
@@ -63,16 +82,21 @@ pub struct Header {
     pub candidate_pages: AtomicU64,
     /// Re-arm or resolve calls that failed (the page is then left alone).
     pub errors: AtomicU64,
+    /// One of the [`private_mode`] values: whether private memory is re-armed.
     pub private_mode: AtomicU32,
+    /// The errno that made userfaultfd unavailable, when `private_mode` is
+    /// [`private_mode::UNAVAILABLE`]; 0 otherwise.
     pub private_errno: AtomicU32,
     /// Helper ticks so far (a liveness sign).
     pub ticks: AtomicU64,
     /// Written by the detector: this agent's part of the program-wide re-arm floor, in pages
     /// per second (the floor divided among the program's live agents); 0 = its own floor.
     pub floor_share: AtomicU64,
-    /// CPU time (CLOCK_THREAD_CPUTIME_ID, ns) of the re-arm and the fault thread so far: what
-    /// the agent costs the program, apart from the faults it causes.
+    /// CPU time (CLOCK_THREAD_CPUTIME_ID, ns) of the re-arm thread so far, stored after each
+    /// re-arm pass: with `fault_cpu_ns`, what the agent costs apart from the faults it causes.
     pub rearm_cpu_ns: AtomicU64,
+    /// CPU time (CLOCK_THREAD_CPUTIME_ID, ns) of the fault thread so far, stored every 16th
+    /// wake-up and when idle.
     pub fault_cpu_ns: AtomicU64,
     /// Written by the detector: the program's live agents (shared pages count once).
     pub live_agents: AtomicU64,
@@ -88,9 +112,10 @@ pub struct Header {
     /// Pages of file-backed private data (an object's .data) the agent replaced by anonymous
     /// copies at start so that they can be re-armed (see the agent's adopt module).
     pub adopted_pages: AtomicU64,
-    /// Private pages the agent found shared by two tasks or more and re-armed more often,
-    /// and the re-arms it gave them (see the agent's focus module).
+    /// Private pages the agent found shared by two tasks or more, which it re-arms more
+    /// often (see the agent's focus module).
     pub focus_shared: AtomicU64,
+    /// Re-arms the agent gave the pages of `focus_shared`.
     pub focus_rearms: AtomicU64,
 }
 
@@ -98,13 +123,17 @@ pub struct Header {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(C)]
 pub struct Record {
+    /// CLOCK_MONOTONIC ns when the agent resolved the fault.
     pub time: u64,
+    /// The faulting address as userfaultfd gives it: page-aligned (no EXACT_ADDRESS).
     pub addr: u64,
+    /// Kernel thread id of the faulting thread (not a task index).
     pub tid: u32,
+    /// [`KIND_WRITE_FAULT`]; the detector does not read it.
     pub kind: u32,
 }
 
-/// Record kinds.
+/// The only record kind: the agent writes it for every fault it resolves, reads included.
 pub const KIND_WRITE_FAULT: u32 = 1;
 
 /// Size of the ring file in bytes.
@@ -128,6 +157,7 @@ impl RingView {
         RingView { base }
     }
 
+    /// The ring's header; see each field for which side writes it.
     pub fn header(&self) -> &Header {
         // SAFETY: the mapping starts with a Header (see `new`).
         unsafe { &*(self.base as *const Header) }

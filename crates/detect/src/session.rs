@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 pub enum Target {
     /// Run this program (searched in PATH when it has no '/') with these arguments.
     Spawn {
+        /// Name or path of the program; also its `argv[0]`.
         program: OsString,
+        /// The arguments after `argv[0]`.
         args: Vec<OsString>,
     },
     /// Watch a running process and the threads/children it creates from now on.
@@ -34,7 +36,9 @@ pub enum Target {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Granularity {
+    /// One row per thread, keyed by thread id.
     Thread,
+    /// One row per process, keyed by process id; private memory then never pairs two rows.
     Process,
 }
 
@@ -72,6 +76,9 @@ pub struct AgentConfig {
     pub threads_only: bool,
 }
 
+/// How a session detects. The default: 256-byte blocks, 2^20 table slots, 256 ring pages,
+/// thread rows, no agent, no page owners, page faults sampled, system-wide perf events
+/// unless HUDDLE_PERF_SCOPE=task.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Bytes per memory block (power of two; CDSM: 256).
@@ -83,6 +90,7 @@ pub struct Config {
     /// Open perf events per task even where system-wide ones are allowed (see crate::perf:
     /// per-task events cost context switches). Default: HUDDLE_PERF_SCOPE=task.
     pub per_task_perf: bool,
+    /// Rows per thread or per process.
     pub granularity: Granularity,
     /// None: first-touch faults only.
     pub agent: Option<AgentConfig>,
@@ -112,78 +120,116 @@ impl Default for Config {
 /// Why a session could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
+    /// The program is not in PATH, or exec gave ENOENT; holds the name as given.
     #[error("{0}: command not found")]
     CommandNotFound(String),
+    /// exec of the program failed otherwise.
     #[error("{program}: cannot execute: {err}")]
     Exec {
+        /// The program as given.
         program: String,
+        /// The error execve returned.
         err: std::io::Error,
     },
+    /// [`Config::block_size`] is not a power of two in 8..=1 MiB; holds the value given.
     #[error("block size {0} is not a power of two between 8 and 1048576")]
     BlockSize(u64),
+    /// [`AgentConfig::library`] is not a file; holds its path.
     #[error(
         "agent library {0} not found (build it with `cargo build -p agent` or set HUDDLE_AGENT)"
     )]
     AgentMissing(PathBuf),
+    /// Attach: the pid is negative, or /proc lists no task of it.
     #[error("process {0} does not exist or cannot be read")]
     NoSuchProcess(i32),
+    /// perf events could not be opened and no agent reports faults (attach never has one).
     #[error(
         "no event source works: {perf}; and no agent is loaded to report faults itself \
          (attach cannot preload it)"
     )]
-    NoSource { perf: String },
+    NoSource {
+        /// Why perf failed (the [`PerfError`] message).
+        perf: String,
+    },
+    /// A system call failed while starting (pipe, fork, the private directory), or an
+    /// argument held a NUL byte.
     #[error("{what}: {err}")]
-    Io { what: String, err: std::io::Error },
+    Io {
+        /// What was being done, with the path where there is one.
+        what: String,
+        /// The error it gave.
+        err: std::io::Error,
+    },
 }
 
 /// One task of the target: a thread (or a process at process granularity).
 #[derive(Clone, Debug, Serialize)]
 pub struct TaskInfo {
+    /// Thread id; the process id at process granularity (the task's key either way).
     pub tid: u32,
+    /// Process id.
     pub pid: u32,
+    /// Name from /proc when first seen ("?" if unreadable), then from perf COMM records.
     pub comm: String,
     /// Milliseconds after the session started.
     pub first_seen_ms: f64,
+    /// A perf EXIT record was seen for it (at process granularity, for its main thread).
     pub exited: bool,
     /// The agent's own helper thread: listed, never part of the matrix.
     pub agent: bool,
 }
 
-/// Counters for the manager and the report.
+/// Counters for the manager and the report. The agent counters are summed over every agent
+/// ring the session mapped, those of processes that ended included.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stats {
+    /// Wall-clock seconds since the session started (monotonic).
     pub elapsed_s: f64,
-    /// Fault events fed to the sharer table.
+    /// Fault events of program tasks (agent helpers' left out), those the sharer table
+    /// skipped while their process had one thread included.
     pub faults: u64,
     /// Communication events (matrix increments, each pair counted once).
     pub comm_events: u64,
+    /// `faults / elapsed_s`.
     pub faults_per_s: f64,
     /// Records the kernel dropped (PERF_RECORD_LOST).
     pub perf_lost: u64,
     /// Agent records dropped because its ring was full.
     pub agent_dropped: u64,
+    /// Bytes the sharer table reserves (`table_slots * SLOT_BYTES`, never more).
     pub table_bytes: usize,
+    /// Sharer-table slots ([`Config::table_slots`] rounded up to a power of two).
     pub table_slots: usize,
+    /// Sharer-table slots taken over by another block, whose history was dropped.
     pub table_evictions: u64,
+    /// Pages of shared mappings the agents re-armed (PTE dropped).
     pub rearmed_shared: u64,
+    /// Pages of private anonymous memory the agents re-armed (userfaultfd).
     pub rearmed_private: u64,
+    /// Faults on re-armed pages the agents resolved.
     pub agent_handled: u64,
+    /// Re-arm or resolve calls of the agents that failed.
     pub agent_errors: u64,
+    /// Pages eligible for re-arming: each agent's count at its last maps scan.
     pub candidate_pages: u64,
     /// Pages of file-backed private data (.data) the agents made re-armable at start.
     pub adopted_pages: u64,
-    /// Private pages the agents found shared (the focus table) and the re-arms they got.
+    /// Private pages the agents found shared (the focus table).
     pub focus_shared: u64,
+    /// Re-arms the agents gave the pages of `focus_shared`.
     pub focus_rearms: u64,
+    /// Agent ring files mapped so far (one per process and exec, ended ones included).
     pub agents: usize,
-    /// The program-wide re-arm floor now (pages/s), and how often a pattern change raised it.
+    /// The program-wide re-arm floor now, pages/s (0 without an agent).
     pub rearm_floor: u64,
+    /// Times a pattern change raised the floor after the start (0 without an agent).
     pub floor_boosts: u64,
-    /// CPU seconds of the detector itself (this process) and of the agents' helper threads
-    /// (inside the target); the target's own CPU seconds once it ended (spawned targets
-    /// only), helpers included.
+    /// User + system CPU seconds of this process (the detector), from getrusage.
     pub detector_cpu_s: f64,
+    /// CPU seconds of the agents' helper threads, inside the target.
     pub agent_cpu_s: f64,
+    /// User + system CPU seconds of the spawned target and its reaped descendants, helpers
+    /// included; None until [`Session::try_wait`] reaped it, and always for attach.
     pub target_cpu_s: Option<f64>,
 }
 
@@ -195,15 +241,20 @@ fn cpu_seconds(ru: &libc::rusage) -> f64 {
 /// Which sources run, and why others do not.
 #[derive(Clone, Debug, Serialize)]
 pub struct SourceStatus {
+    /// What the source is, such as "perf page faults" or "agent (extra faults)".
     pub name: String,
+    /// Whether it contributes fault events (the agent by causing them).
     pub active: bool,
+    /// How it is set up, or why it is not active.
     pub note: String,
 }
 
 /// How the spawned target ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TargetExit {
+    /// Exited with this status; an attached target counts as `Code(0)` once it is gone.
     Code(i32),
+    /// Killed by this signal number.
     Signal(i32),
 }
 
@@ -536,6 +587,7 @@ impl Session {
         Ok(())
     }
 
+    /// Process id of the target: the spawned child, or the attached process.
     pub fn pid(&self) -> i32 {
         self.pid
     }
@@ -545,6 +597,7 @@ impl Session {
         self.t0_ns
     }
 
+    /// Every event source and why it runs or not, in the order tried.
     pub fn sources(&self) -> &[SourceStatus] {
         &self.sources
     }
@@ -1050,7 +1103,6 @@ impl Session {
             .collect()
     }
 
-    /// CDSM aging after a migration: M -= M >> 2.
     /// The pages (start addresses in the task's process) task `task` (a row of the matrix)
     /// touched last, when the session records page owners; empty otherwise.
     pub fn owned_pages(&self, task: usize) -> Vec<u64> {
@@ -1059,10 +1111,12 @@ impl Session {
             .map_or_else(Vec::new, |o| o.owned_by(task as u32))
     }
 
+    /// CDSM aging after a migration: every count M -= M >> 2 (counts under 4 stay).
     pub fn age(&mut self) {
         age_rows(&mut self.counts);
     }
 
+    /// The counters now (reads the agents' ring headers and this process's rusage).
     pub fn stats(&self) -> Stats {
         let elapsed = self.started.elapsed().as_secs_f64();
         let mut s = Stats {

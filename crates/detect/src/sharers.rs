@@ -35,6 +35,8 @@ struct Slot {
 /// Bytes per slot of the table.
 pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
 
+/// The direct-mapped table of each block's last [`WAYS`] accessors (task indexes), fixed at
+/// `slots() * SLOT_BYTES` bytes.
 pub struct SharerTable {
     slots: Vec<Slot>,
     mask: u64,
@@ -96,6 +98,7 @@ impl SharerTable {
         self.slots.len() * std::mem::size_of::<Slot>()
     }
 
+    /// Slots in the table (a power of two, fixed at creation).
     pub fn slots(&self) -> usize {
         self.slots.len()
     }
