@@ -2,7 +2,7 @@
 //! the report directory of a job over several nodes, the job's page.
 
 use crate::exit::bad_input;
-use mapping::advise::{self, Placement, DEFAULT_LINK_BANDWIDTH};
+use mapping::advise::{self, ScoredPlacement, DEFAULT_LINK_BANDWIDTH};
 use mapping::{Options, Orientation, Target};
 use matrix::CommMatrix;
 use report::job::{NextRun, NodeSummary, PlacementRow};
@@ -68,7 +68,7 @@ fn next_run(m: &CommMatrix, nodes: &[NodeSummary]) -> anyhow::Result<NextRun> {
     let opts = Options::default();
     let bw = DEFAULT_LINK_BANDWIDTH;
     let advice = advise::advise_matrix(m, &target, &opts, bw).map_err(bad_input)?;
-    let row = |p: &Placement| PlacementRow {
+    let row = |p: &ScoredPlacement| PlacementRow {
         name: p.name.to_string(),
         network: p.network,
         link_seconds: p.contention.seconds,

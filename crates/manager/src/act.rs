@@ -6,7 +6,7 @@
 use crate::actuate::{self, PinError};
 use crate::decide::Choice;
 use crate::ledger::Ledger;
-use crate::observer::{Observer, TaskInfo};
+use crate::observer::{ObservedTask, Observer};
 use crate::pages::PageMover;
 use mapping::Target;
 use std::collections::HashMap;
@@ -55,7 +55,7 @@ impl Actuator {
         &mut self,
         obs: &dyn Observer,
         target: &Target,
-        tasks: &[TaskInfo],
+        tasks: &[ObservedTask],
         live: &[usize],
         current: &[usize],
         choice: &Choice,
@@ -177,7 +177,7 @@ mod tests {
         fn poll(&mut self) -> u64 {
             0
         }
-        fn snapshot(&self) -> (matrix::CommMatrix, Vec<TaskInfo>) {
+        fn snapshot(&self) -> (matrix::CommMatrix, Vec<ObservedTask>) {
             (matrix::CommMatrix::zeros(0), Vec::new())
         }
         fn age(&mut self) {}
@@ -198,8 +198,8 @@ mod tests {
         }
     }
 
-    fn sleeper_task(c: &std::process::Child) -> TaskInfo {
-        TaskInfo {
+    fn sleeper_task(c: &std::process::Child) -> ObservedTask {
+        ObservedTask {
             tid: c.id(),
             pid: c.id(),
             comm: "sleep".into(),
@@ -220,9 +220,9 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        let mut tasks: Vec<TaskInfo> = children.iter().map(sleeper_task).collect();
+        let mut tasks: Vec<ObservedTask> = children.iter().map(sleeper_task).collect();
         // A task that is gone: no note, no pin.
-        tasks.push(TaskInfo {
+        tasks.push(ObservedTask {
             tid: u32::MAX - 1,
             pid: u32::MAX - 1,
             ..tasks[0].clone()

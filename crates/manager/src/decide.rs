@@ -2,7 +2,7 @@
 //! is worth it (the controller's threshold and confirmation, or the repairs that need none).
 
 use crate::control::{self, Controller, Verdict};
-use crate::observer::TaskInfo;
+use crate::observer::ObservedTask;
 use crate::policy::{Context, Policy, Proposal};
 use mapping::Target;
 use matrix::CommMatrix;
@@ -25,7 +25,7 @@ pub const MIN_TRAFFIC_PER_TASK: f64 = 12.0;
 pub struct Live<'a> {
     /// Their communication (symmetric), see [`live_matrix`].
     pub matrix: &'a CommMatrix,
-    pub tasks: &'a [TaskInfo],
+    pub tasks: &'a [ObservedTask],
     /// The slot each runs on now.
     pub current: &'a [usize],
     /// The slots each may run on now.
@@ -275,9 +275,9 @@ mod tests {
         Target::machine(Machine::from_synthetic("pack:1 l2:2 core:2 pu:1").unwrap())
     }
 
-    fn tasks(n: usize) -> Vec<TaskInfo> {
+    fn tasks(n: usize) -> Vec<ObservedTask> {
         (0..n as u32)
-            .map(|k| TaskInfo {
+            .map(|k| ObservedTask {
                 tid: 100 + k,
                 pid: 100,
                 comm: "w".into(),

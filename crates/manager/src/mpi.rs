@@ -10,7 +10,7 @@
 //! 256 by default) touched by a second task, so MPI bytes are counted as bytes / block size
 //! events. With `--source mpi` the scale does not matter.
 
-use crate::observer::TaskInfo;
+use crate::observer::ObservedTask;
 use matrix::CommMatrix;
 use simmer::board::Board;
 use std::path::{Path, PathBuf};
@@ -84,7 +84,7 @@ impl RankProc {
             }
     }
 
-    pub fn is_mpi_task(&self, task: &TaskInfo) -> bool {
+    pub fn is_mpi_task(&self, task: &ObservedTask) -> bool {
         self.is_mpi(task.pid, task.tid, task.whole_process)
     }
 }
@@ -94,7 +94,7 @@ impl RankProc {
 /// rank's MPI traffic lands on its MPI thread (see [`rank_threads`]).
 pub fn merge(
     faults: &CommMatrix,
-    tasks: &[TaskInfo],
+    tasks: &[ObservedTask],
     procs: &[RankProc],
     ranks: &CommMatrix,
     mode: SourceMode,
@@ -153,7 +153,7 @@ pub fn symmetric_sources(src: &[Vec<CellSource>]) -> Vec<Vec<CellSource>> {
 }
 
 /// For each task, the rank whose MPI-calling thread it is (see [`merge`]).
-pub fn rank_threads(tasks: &[TaskInfo], procs: &[RankProc]) -> Vec<Option<usize>> {
+pub fn rank_threads(tasks: &[ObservedTask], procs: &[RankProc]) -> Vec<Option<usize>> {
     tasks
         .iter()
         .map(|t| procs.iter().position(|p| p.is_mpi_task(t)))
@@ -263,8 +263,8 @@ mod tests {
         pids.iter().map(|&pid| RankProc { pid, tid: 0 }).collect()
     }
 
-    fn task(tid: u32, pid: u32) -> TaskInfo {
-        TaskInfo {
+    fn task(tid: u32, pid: u32) -> ObservedTask {
+        ObservedTask {
             tid,
             pid,
             comm: String::new(),
@@ -274,7 +274,7 @@ mod tests {
     }
 
     /// mpirun (pid 10), rank 0 (pid 20, threads 20 and 21), rank 1 (pid 30, thread 30).
-    fn setup() -> (Vec<TaskInfo>, CommMatrix, Vec<RankProc>, CommMatrix) {
+    fn setup() -> (Vec<ObservedTask>, CommMatrix, Vec<RankProc>, CommMatrix) {
         let tasks = vec![task(10, 10), task(20, 20), task(21, 20), task(30, 30)];
         let mut faults = CommMatrix::zeros(4);
         faults.set(1, 2, 5.0); // threads of rank 0

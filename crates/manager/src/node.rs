@@ -10,15 +10,15 @@
 //! ends when every local rank has finalized or died ([`all_done`]).
 
 use crate::observe::Detected;
-use crate::observer::{Exit, Observer, TaskInfo};
+use crate::observer::{Exit, ObservedTask, Observer};
 use matrix::CommMatrix;
-use simmer::board::{Board, RankSlot, SlotState, Snapshot};
+use simmer::board::{Board, BoardSnapshot, RankSlot, SlotState};
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// The slots of the ranks that ran on host `host` (the name `gethostname` gives there, as the
 /// agent writes it into each slot).
-pub fn local_ranks<'a>(snap: &'a Snapshot, host: &str) -> Vec<&'a RankSlot> {
+pub fn local_ranks<'a>(snap: &'a BoardSnapshot, host: &str) -> Vec<&'a RankSlot> {
     snap.ranks
         .iter()
         .filter(|r| r.state != SlotState::Empty && r.hostname == host)
@@ -125,7 +125,7 @@ pub struct NodeRanks {
     /// rank -> pid of every local rank seen so far.
     ranks: BTreeMap<usize, u32>,
     /// The last snapshot of the board that could be read.
-    last: Option<Snapshot>,
+    last: Option<BoardSnapshot>,
     done: bool,
     started: Instant,
     /// How long to wait for a first local rank before giving up.
@@ -256,7 +256,7 @@ impl Observer for NodeRanks {
         n
     }
 
-    fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
+    fn snapshot(&self) -> (CommMatrix, Vec<ObservedTask>) {
         self.inner.snapshot_of(&self.rows)
     }
 
@@ -372,8 +372,8 @@ mod tests {
         }
     }
 
-    fn snap(ranks: Vec<RankSlot>) -> Snapshot {
-        Snapshot {
+    fn snap(ranks: Vec<RankSlot>) -> BoardSnapshot {
+        BoardSnapshot {
             world_size: 4,
             stamp: 1,
             taken_ns: 0,

@@ -1,7 +1,7 @@
 //! Detection sessions as the loop's [`Observer`].
 
 use crate::mpi::{self, CellSource, MpiTraffic, SourceMode};
-use crate::observer::{Exit, Observer, TaskInfo};
+use crate::observer::{Exit, ObservedTask, Observer};
 use detect::{Session, TargetExit};
 use matrix::CommMatrix;
 
@@ -28,7 +28,7 @@ impl Detected {
     }
 
     /// The page-fault matrix over the session's tasks `rows`, and those tasks.
-    fn faults_of(&self, rows: &[usize]) -> (CommMatrix, Vec<TaskInfo>) {
+    fn faults_of(&self, rows: &[usize]) -> (CommMatrix, Vec<ObservedTask>) {
         (
             self.session.matrix_of(rows),
             task_infos(&self.session, rows),
@@ -37,7 +37,7 @@ impl Detected {
 
     /// [`Observer::snapshot`] over the session's tasks `rows` only (in that order), for an
     /// observer that shows part of the session (see [`crate::node`]).
-    pub fn snapshot_of(&self, rows: &[usize]) -> (CommMatrix, Vec<TaskInfo>) {
+    pub fn snapshot_of(&self, rows: &[usize]) -> (CommMatrix, Vec<ObservedTask>) {
         let (faults, tasks) = self.faults_of(rows);
         match &self.mpi {
             Some((m, mode)) => {
@@ -86,11 +86,11 @@ impl Detected {
 }
 
 /// The session's tasks `rows` as the loop and the MPI merge know them.
-pub fn task_infos(session: &Session, rows: &[usize]) -> Vec<TaskInfo> {
+pub fn task_infos(session: &Session, rows: &[usize]) -> Vec<ObservedTask> {
     let all = session.tasks();
     let whole_process = session.granularity() == detect::Granularity::Process;
     rows.iter()
-        .map(|&i| TaskInfo {
+        .map(|&i| ObservedTask {
             tid: all[i].tid,
             pid: all[i].pid,
             comm: all[i].comm.clone(),
@@ -123,7 +123,7 @@ impl Observer for Detected {
         self.session.flush()
     }
 
-    fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
+    fn snapshot(&self) -> (CommMatrix, Vec<ObservedTask>) {
         self.snapshot_of(&self.program_rows())
     }
 

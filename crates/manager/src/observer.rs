@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// One task as the observer knows it, in the order tasks appeared.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TaskInfo {
+pub struct ObservedTask {
     pub tid: u32,
     pub pid: u32,
     pub comm: String,
@@ -41,7 +41,7 @@ pub trait Observer {
         self.poll()
     }
     /// The matrix over every task seen so far, and those tasks, in the same order.
-    fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>);
+    fn snapshot(&self) -> (CommMatrix, Vec<ObservedTask>);
     /// Ages the matrix after a migration (M -= M >> 2) so new behaviour shows quickly.
     fn age(&mut self);
     fn lost(&self) -> u64;

@@ -5,7 +5,7 @@
 use crate::act::Actuator;
 use crate::control::Controller;
 use crate::decide::{Decider, Live, Outcome};
-use crate::observer::{Exit, Observer, TaskInfo};
+use crate::observer::{Exit, ObservedTask, Observer};
 use crate::policy::Policy;
 use crate::record::{Closing, Recorder};
 use crate::sample::Sampler;
@@ -97,7 +97,8 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
         }
 
         // 2. Decide.
-        let live_tasks: Vec<TaskInfo> = sampled.live.iter().map(|&i| tasks[i].clone()).collect();
+        let live_tasks: Vec<ObservedTask> =
+            sampled.live.iter().map(|&i| tasks[i].clone()).collect();
         let sub = crate::decide::live_matrix(&matrix, &sampled.live);
         let live = Live {
             matrix: &sub,
@@ -277,11 +278,11 @@ mod tests {
         fn poll(&mut self) -> u64 {
             10
         }
-        fn snapshot(&self) -> (CommMatrix, Vec<TaskInfo>) {
+        fn snapshot(&self) -> (CommMatrix, Vec<ObservedTask>) {
             let tasks = self
                 .pids
                 .iter()
-                .map(|&p| TaskInfo {
+                .map(|&p| ObservedTask {
                     tid: p,
                     pid: p,
                     comm: "sleep".into(),

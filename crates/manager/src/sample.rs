@@ -2,7 +2,7 @@
 //! which of them work. Read from /proc once an interval.
 
 use crate::idle::IdleTracker;
-use crate::observer::TaskInfo;
+use crate::observer::ObservedTask;
 use crate::procs;
 use mapping::Target;
 use matrix::CommMatrix;
@@ -32,7 +32,7 @@ impl Sampled {
     }
 
     /// The thread ids of the live tasks.
-    pub fn tids(&self, tasks: &[TaskInfo]) -> Vec<u32> {
+    pub fn tids(&self, tasks: &[ObservedTask]) -> Vec<u32> {
         self.live.iter().map(|&i| tasks[i].tid).collect()
     }
 }
@@ -69,7 +69,7 @@ impl Sampler {
         &mut self,
         t: f64,
         matrix: &CommMatrix,
-        tasks: &[TaskInfo],
+        tasks: &[ObservedTask],
         pinned: &HashMap<u32, usize>,
     ) -> Sampled {
         let live: Vec<usize> = (0..tasks.len().min(matrix.n()))
@@ -126,7 +126,7 @@ impl Sampler {
 
     /// Leaves out the tasks that have not run lately (a launcher waiting for its workers):
     /// policies that map the matrix keep them where they are.
-    pub fn leave_idle_out(&self, s: &mut Sampled, tasks: &[TaskInfo], t: f64) {
+    pub fn leave_idle_out(&self, s: &mut Sampled, tasks: &[ObservedTask], t: f64) {
         let busy: Vec<bool> = s
             .tids(tasks)
             .iter()
@@ -146,10 +146,10 @@ mod tests {
     use super::*;
     use topology::Machine;
 
-    fn me() -> TaskInfo {
+    fn me() -> ObservedTask {
         // SAFETY: gettid and getpid have no preconditions.
         let (tid, pid) = unsafe { (libc::gettid() as u32, libc::getpid() as u32) };
-        TaskInfo {
+        ObservedTask {
             tid,
             pid,
             comm: "test".into(),
@@ -179,7 +179,7 @@ mod tests {
         // CPU time of our own, a few clock ticks of it.
         let end = std::time::Instant::now() + std::time::Duration::from_millis(50);
         while std::time::Instant::now() < end {}
-        let gone = TaskInfo {
+        let gone = ObservedTask {
             tid: u32::MAX - 1,
             ..me()
         };
@@ -234,7 +234,7 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        let task = TaskInfo {
+        let task = ObservedTask {
             tid: sleeper.id(),
             pid: sleeper.id(),
             comm: "sleep".into(),

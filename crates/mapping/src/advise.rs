@@ -125,7 +125,7 @@ impl Contention {
 
 /// One placement the advisor scores: where each rank runs and its network figures.
 #[derive(Clone, Debug, Serialize)]
-pub struct Placement {
+pub struct ScoredPlacement {
     /// "blocked", "cyclic" or "mapped".
     pub name: &'static str,
     /// The slot of each rank and its level-weighted cost.
@@ -145,7 +145,7 @@ pub struct Placement {
 #[derive(Clone, Debug, Serialize)]
 pub struct Advice {
     /// Blocked, cyclic and mapped, in that order.
-    pub placements: Vec<Placement>,
+    pub placements: Vec<ScoredPlacement>,
     /// The better of blocked and cyclic (what a launcher flag can select).
     pub launcher_choice: &'static str,
     /// The best overall.
@@ -214,13 +214,13 @@ fn advise_traffic(
             ..opts.clone()
         },
     )?;
-    let placements: Vec<Placement> = [
+    let placements: Vec<ScoredPlacement> = [
         ("blocked", by_nodes(&blocked, graph, target, opts)?),
         ("cyclic", by_nodes(&cyclic, graph, target, opts)?),
         ("mapped", mapped),
     ]
     .into_iter()
-    .map(|(name, mapping)| Placement {
+    .map(|(name, mapping)| ScoredPlacement {
         name,
         network: network(&mapping),
         contention: Contention::of(traffic, &mapping.nodes(target), nodes, link_bandwidth),
@@ -245,13 +245,13 @@ pub fn evaluate_nodes(
     target: &Target,
     opts: &Options,
     link_bandwidth: f64,
-) -> Result<Placement, MapError> {
+) -> Result<ScoredPlacement, MapError> {
     if !(link_bandwidth.is_finite() && link_bandwidth > 0.0) {
         return Err(MapError::LinkBandwidth(link_bandwidth));
     }
     let graph = Graph::from_matrix(m);
     let mapping = by_nodes(node_of, &graph, target, opts)?;
-    Ok(Placement {
+    Ok(ScoredPlacement {
         name,
         network: network(&mapping),
         contention: Contention::of(
@@ -274,13 +274,13 @@ fn cmp_close(a: f64, b: f64) -> Ordering {
 }
 
 /// The advisor's order: contention time, then network volume, then cost.
-pub fn compare(a: &Placement, b: &Placement) -> Ordering {
+pub fn compare(a: &ScoredPlacement, b: &ScoredPlacement) -> Ordering {
     cmp_close(a.contention.seconds, b.contention.seconds)
         .then_with(|| cmp_close(a.network, b.network))
         .then_with(|| cmp_close(a.mapping.cost, b.mapping.cost))
 }
 
-fn best_of(ps: &[Placement]) -> &'static str {
+fn best_of(ps: &[ScoredPlacement]) -> &'static str {
     // min_by keeps the first of equal elements: blocked before cyclic before mapped.
     ps.iter()
         .min_by(|a, b| compare(a, b))
@@ -355,7 +355,7 @@ mod tests {
         m
     }
 
-    fn by_name<'a>(a: &'a Advice, name: &str) -> &'a Placement {
+    fn by_name<'a>(a: &'a Advice, name: &str) -> &'a ScoredPlacement {
         a.placements.iter().find(|p| p.name == name).unwrap()
     }
 

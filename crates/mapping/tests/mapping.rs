@@ -438,7 +438,7 @@ fn contention_loads_add_up_on_nas_matrices() {
                         "{what}"
                     );
                 }
-                let pick = |ps: &[advise::Placement]| {
+                let pick = |ps: &[advise::ScoredPlacement]| {
                     ps.iter().min_by(|x, y| advise::compare(x, y)).unwrap().name
                 };
                 assert_eq!(a.launcher_choice, pick(&a.placements[..2]), "{what}");

@@ -6,7 +6,7 @@
 //! Usage: contention --mpi openmpi|mpich --np N [--nodes G] [--reps R]
 //!        [--placements packed,spread,...] [--pin PATH] -- PROGRAM ARGS...
 //! The time is the program's own `time_s=` output when it prints one, else wall-clock time.
-use simmer::placement::{place, Placement};
+use simmer::placement::{place, PlacementKind};
 use std::process::Command;
 use std::time::Instant;
 
@@ -36,15 +36,16 @@ fn main() {
     let nodes = num("--nodes", 2);
     let reps = num("--reps", 3).max(1);
     let pin = get("--pin").unwrap_or_else(|| "bench/simmer/pin-rank".into());
-    let kinds: Vec<Placement> = get("--placements")
+    let kinds: Vec<PlacementKind> = get("--placements")
         .map(|s| {
             s.split(',')
                 .map(|p| {
-                    Placement::parse(p).unwrap_or_else(|| fail(&format!("unknown placement '{p}'")))
+                    PlacementKind::parse(p)
+                        .unwrap_or_else(|| fail(&format!("unknown placement '{p}'")))
                 })
                 .collect()
         })
-        .unwrap_or_else(|| Placement::ALL.to_vec());
+        .unwrap_or_else(|| PlacementKind::ALL.to_vec());
     if prog.is_empty() {
         fail("usage: contention --mpi openmpi|mpich --np N [--nodes G] [--reps R] [--placements LIST] -- PROGRAM ARGS");
     }

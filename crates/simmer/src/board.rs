@@ -116,7 +116,7 @@ pub struct RankSlot {
 
 /// All slots of a board at one instant (CLOCK_MONOTONIC `taken_ns`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Snapshot {
+pub struct BoardSnapshot {
     pub world_size: usize,
     pub stamp: u64,
     pub taken_ns: u64,
@@ -124,7 +124,7 @@ pub struct Snapshot {
     pub ranks: Vec<RankSlot>,
 }
 
-impl Snapshot {
+impl BoardSnapshot {
     /// Bytes sent, row = sender, over the world's ranks; rows of ranks on other nodes are 0.
     pub fn rank_matrix(&self) -> CommMatrix {
         let mut m = CommMatrix::zeros(self.world_size);
@@ -249,7 +249,7 @@ impl Board {
 
     /// Reads every slot. Fails if the file was truncated since it was opened (a new job
     /// reusing the name), instead of faulting on the vanished pages.
-    pub fn snapshot(&self) -> Result<Snapshot, BoardError> {
+    pub fn snapshot(&self) -> Result<BoardSnapshot, BoardError> {
         let len = self
             .file
             .metadata()
@@ -327,7 +327,7 @@ impl Board {
                 msgs_to: words(SLOT_FIXED / 8 + self.world),
             });
         }
-        Ok(Snapshot {
+        Ok(BoardSnapshot {
             world_size: self.world,
             stamp: self.word(5),
             taken_ns: now,

@@ -8,7 +8,7 @@ use topology::{Machine, ObjKind};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Placement {
+pub enum PlacementKind {
     /// One rank per node, on the node's first PU (16X1 in the thesis).
     OnePerNode,
     /// Consecutive PUs in logical order: neighbours share the nearest caches.
@@ -21,27 +21,27 @@ pub enum Placement {
     Cyclic,
 }
 
-impl Placement {
-    pub const ALL: [Placement; 5] = [
-        Placement::OnePerNode,
-        Placement::Packed,
-        Placement::Spread,
-        Placement::Blocked,
-        Placement::Cyclic,
+impl PlacementKind {
+    pub const ALL: [PlacementKind; 5] = [
+        PlacementKind::OnePerNode,
+        PlacementKind::Packed,
+        PlacementKind::Spread,
+        PlacementKind::Blocked,
+        PlacementKind::Cyclic,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
-            Placement::OnePerNode => "one-per-node",
-            Placement::Packed => "packed",
-            Placement::Spread => "spread",
-            Placement::Blocked => "blocked",
-            Placement::Cyclic => "cyclic",
+            PlacementKind::OnePerNode => "one-per-node",
+            PlacementKind::Packed => "packed",
+            PlacementKind::Spread => "spread",
+            PlacementKind::Blocked => "blocked",
+            PlacementKind::Cyclic => "cyclic",
         }
     }
 
-    pub fn parse(s: &str) -> Option<Placement> {
-        Placement::ALL.into_iter().find(|p| p.name() == s)
+    pub fn parse(s: &str) -> Option<PlacementKind> {
+        PlacementKind::ALL.into_iter().find(|p| p.name() == s)
     }
 }
 
@@ -81,7 +81,7 @@ pub fn nodes(machine: &Machine, count: usize) -> Result<Vec<Vec<usize>>, Placeme
 /// PU (logical index) of each rank. More ranks than PUs wrap around (oversubscription).
 pub fn place(
     machine: &Machine,
-    kind: Placement,
+    kind: PlacementKind,
     ranks: usize,
     node_count: usize,
 ) -> Result<Vec<usize>, PlacementError> {
@@ -93,14 +93,14 @@ pub fn place(
     let g = nodes.len();
     let in_node = |node: usize, k: usize| nodes[node][k % nodes[node].len()];
     Ok(match kind {
-        Placement::OnePerNode => {
+        PlacementKind::OnePerNode => {
             if ranks > g {
                 return Err(PlacementError::TooFewNodes(ranks, g));
             }
             (0..ranks).map(|r| nodes[r][0]).collect()
         }
-        Placement::Packed => (0..ranks).map(|r| pus[r % pus.len()]).collect(),
-        Placement::Spread => (0..ranks)
+        PlacementKind::Packed => (0..ranks).map(|r| pus[r % pus.len()]).collect(),
+        PlacementKind::Spread => (0..ranks)
             .map(|r| {
                 if ranks <= pus.len() {
                     pus[r * pus.len() / ranks]
@@ -109,11 +109,11 @@ pub fn place(
                 }
             })
             .collect(),
-        Placement::Blocked => {
+        PlacementKind::Blocked => {
             let k = ranks.div_ceil(g);
             (0..ranks).map(|r| in_node(r / k, r % k)).collect()
         }
-        Placement::Cyclic => (0..ranks).map(|r| in_node(r % g, r / g)).collect(),
+        PlacementKind::Cyclic => (0..ranks).map(|r| in_node(r % g, r / g)).collect(),
     })
 }
 
@@ -125,18 +125,18 @@ mod tests {
     fn placements_on_two_packages() {
         let m = Machine::from_synthetic("pack:2 core:4 pu:1").unwrap();
         let p = |k, n, g| place(&m, k, n, g).unwrap();
-        assert_eq!(p(Placement::Packed, 4, 2), vec![0, 1, 2, 3]);
-        assert_eq!(p(Placement::Spread, 4, 2), vec![0, 2, 4, 6]);
-        assert_eq!(p(Placement::Blocked, 4, 2), vec![0, 1, 4, 5]);
-        assert_eq!(p(Placement::Cyclic, 4, 2), vec![0, 4, 1, 5]);
-        assert_eq!(p(Placement::OnePerNode, 2, 2), vec![0, 4]);
-        assert_eq!(p(Placement::OnePerNode, 4, 4), vec![0, 2, 4, 6]);
+        assert_eq!(p(PlacementKind::Packed, 4, 2), vec![0, 1, 2, 3]);
+        assert_eq!(p(PlacementKind::Spread, 4, 2), vec![0, 2, 4, 6]);
+        assert_eq!(p(PlacementKind::Blocked, 4, 2), vec![0, 1, 4, 5]);
+        assert_eq!(p(PlacementKind::Cyclic, 4, 2), vec![0, 4, 1, 5]);
+        assert_eq!(p(PlacementKind::OnePerNode, 2, 2), vec![0, 4]);
+        assert_eq!(p(PlacementKind::OnePerNode, 4, 4), vec![0, 2, 4, 6]);
         assert_eq!(
-            place(&m, Placement::OnePerNode, 4, 2),
+            place(&m, PlacementKind::OnePerNode, 4, 2),
             Err(PlacementError::TooFewNodes(4, 2))
         );
         assert_eq!(
-            place(&m, Placement::Packed, 4, 9),
+            place(&m, PlacementKind::Packed, 4, 9),
             Err(PlacementError::BadNodes(9, 8))
         );
     }
@@ -145,10 +145,10 @@ mod tests {
     fn oversubscribed_placements_wrap_and_stay_valid() {
         let m = Machine::from_synthetic("core:2 pu:1").unwrap();
         for k in [
-            Placement::Packed,
-            Placement::Spread,
-            Placement::Blocked,
-            Placement::Cyclic,
+            PlacementKind::Packed,
+            PlacementKind::Spread,
+            PlacementKind::Blocked,
+            PlacementKind::Cyclic,
         ] {
             let v = place(&m, k, 8, 2).unwrap();
             assert_eq!(v.len(), 8);
@@ -157,11 +157,11 @@ mod tests {
             assert_eq!(v.iter().filter(|&&p| p == 0).count(), 4, "{k:?} {v:?}");
         }
         assert_eq!(
-            place(&m, Placement::Blocked, 4, 2).unwrap(),
+            place(&m, PlacementKind::Blocked, 4, 2).unwrap(),
             vec![0, 0, 1, 1]
         );
         assert_eq!(
-            place(&m, Placement::Cyclic, 4, 2).unwrap(),
+            place(&m, PlacementKind::Cyclic, 4, 2).unwrap(),
             vec![0, 1, 0, 1]
         );
     }

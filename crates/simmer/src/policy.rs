@@ -21,7 +21,7 @@
 //! `min_confidence`; ranks it moved (and the protocol processing, when it moved) are left in
 //! place for `cooldown_windows` windows.
 
-use crate::board::{RankSlot, SlotState, Snapshot};
+use crate::board::{BoardSnapshot, RankSlot, SlotState};
 use crate::protocol::ProtocolLoad;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -166,8 +166,8 @@ impl<'a> Input<'a> {
     /// placed on the PU their slot says they last ran on (CPU OS index -> logical PU).
     pub fn from_snapshots(
         machine: &'a Machine,
-        prev: &Snapshot,
-        cur: &Snapshot,
+        prev: &BoardSnapshot,
+        cur: &BoardSnapshot,
         load: &ProtocolLoad,
         can_steer: bool,
     ) -> Input<'a> {
@@ -231,7 +231,7 @@ impl Action {
 const PROTOCOL: usize = usize::MAX;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Decision {
+pub struct RuleDecision {
     pub action: Action,
     pub symptom: Symptom,
     pub confidence: f64,
@@ -250,14 +250,14 @@ pub struct Observation {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Outcome {
     /// Act on these now.
-    pub decisions: Vec<Decision>,
+    pub decisions: Vec<RuleDecision>,
     /// Proposed but held back (confidence, confirmation or cooldown), with why.
-    pub held: Vec<(Decision, String)>,
+    pub held: Vec<(RuleDecision, String)>,
     pub observations: Vec<Observation>,
 }
 
 /// What the rules propose for one window, before hysteresis. Pure.
-pub fn propose(input: &Input, t: &Thresholds) -> (Vec<Decision>, Vec<Observation>) {
+pub fn propose(input: &Input, t: &Thresholds) -> (Vec<RuleDecision>, Vec<Observation>) {
     let mut out = Vec::new();
     let mut obs = Vec::new();
     let mut used: BTreeSet<usize> = BTreeSet::new();
@@ -290,12 +290,17 @@ fn capability(input: &Input, pu: usize) -> f64 {
     (1.0 - share).max(0.0) / n as f64
 }
 
-fn push(out: &mut Vec<Decision>, used: &mut BTreeSet<usize>, d: Decision) {
+fn push(out: &mut Vec<RuleDecision>, used: &mut BTreeSet<usize>, d: RuleDecision) {
     used.extend(d.action.ranks());
     out.push(d);
 }
 
-fn idleness(input: &Input, t: &Thresholds, out: &mut Vec<Decision>, used: &mut BTreeSet<usize>) {
+fn idleness(
+    input: &Input,
+    t: &Thresholds,
+    out: &mut Vec<RuleDecision>,
+    used: &mut BTreeSet<usize>,
+) {
     let Some(p) = protocol_core(input, t) else {
         return;
     };
@@ -337,7 +342,7 @@ fn idleness(input: &Input, t: &Thresholds, out: &mut Vec<Decision>, used: &mut B
     push(
         out,
         used,
-        Decision {
+        RuleDecision {
             action,
             symptom: Symptom::CommunicationIdleness,
             confidence,
@@ -349,7 +354,7 @@ fn idleness(input: &Input, t: &Thresholds, out: &mut Vec<Decision>, used: &mut B
 fn out_of_sync(
     input: &Input,
     t: &Thresholds,
-    out: &mut Vec<Decision>,
+    out: &mut Vec<RuleDecision>,
     obs: &mut Vec<Observation>,
     used: &mut BTreeSet<usize>,
 ) {
@@ -454,7 +459,7 @@ fn out_of_sync(
             Some(action) => push(
                 out,
                 used,
-                Decision {
+                RuleDecision {
                     action,
                     symptom: Symptom::OutOfSync,
                     confidence,
@@ -473,7 +478,7 @@ fn out_of_sync(
 fn cache_locality(
     input: &Input,
     t: &Thresholds,
-    out: &mut Vec<Decision>,
+    out: &mut Vec<RuleDecision>,
     used: &mut BTreeSet<usize>,
 ) {
     let Some(p) = protocol_core(input, t) else {
@@ -550,7 +555,7 @@ fn cache_locality(
     push(
         out,
         used,
-        Decision {
+        RuleDecision {
             action,
             symptom: Symptom::CacheLocality,
             confidence,
@@ -561,16 +566,16 @@ fn cache_locality(
 
 /// The rules with memory: confirmation over consecutive windows and cooldown after moves.
 #[derive(Clone, Debug)]
-pub struct Policy {
+pub struct Rules {
     pub thresholds: Thresholds,
     window: u64,
     streak: BTreeMap<(Symptom, Action), u32>,
     frozen_until: BTreeMap<usize, u64>,
 }
 
-impl Policy {
-    pub fn new(thresholds: Thresholds) -> Policy {
-        Policy {
+impl Rules {
+    pub fn new(thresholds: Thresholds) -> Rules {
+        Rules {
             thresholds,
             window: 0,
             streak: BTreeMap::new(),
@@ -847,7 +852,7 @@ mod tests {
     fn hysteresis_confirms_then_cools_down() {
         let m = flat(4);
         let ranks = vec![rank(0, 0, 50, 950, 4), rank(3, 3, 700, 300, 4)];
-        let mut pol = Policy::new(Thresholds::default());
+        let mut pol = Rules::new(Thresholds::default());
         let o1 = pol.step(&input(&m, ranks.clone(), Some(0)));
         assert!(o1.decisions.is_empty());
         assert!(o1.held[0].1.contains("seen in 1 of 2"));
@@ -858,7 +863,7 @@ mod tests {
         assert!(o3.decisions.is_empty());
         assert!(o3.held[0].1.contains("cooldown"), "{:?}", o3.held);
         // A symptom that disappears resets its streak.
-        let mut pol = Policy::new(Thresholds::default());
+        let mut pol = Rules::new(Thresholds::default());
         pol.step(&input(&m, ranks.clone(), Some(0)));
         pol.step(&input(
             &m,
@@ -875,7 +880,7 @@ mod tests {
         let mut b = rank(3, 3, 700, 300, 4);
         a.blocking_calls = 2;
         b.blocking_calls = 2;
-        let mut pol = Policy::new(Thresholds {
+        let mut pol = Rules::new(Thresholds {
             confirm_windows: 1,
             ..Default::default()
         });
@@ -910,7 +915,7 @@ mod tests {
             bytes_to: vec![0; 3],
             msgs_to: vec![0; 3],
         };
-        let snap = |t: u64, b: u64| Snapshot {
+        let snap = |t: u64, b: u64| BoardSnapshot {
             world_size: 3,
             stamp: 1,
             taken_ns: t,

@@ -31,7 +31,7 @@ pub struct Context<'a> {
     pub target: &'a Target,
     /// The slot each live task occupies now.
     pub current: &'a [usize],
-    pub tasks: &'a [crate::observer::TaskInfo],
+    pub tasks: &'a [crate::observer::ObservedTask],
 }
 
 pub trait Policy {

@@ -2,13 +2,13 @@
 //!
 //! Each interval is one window: the PMPI agent's board (per-rank blocking/compute time,
 //! pending-send compute, cache misses) and the protocol-processing sample are compared with
-//! the previous window's, and `simmer::policy::Policy::step` (its own confirmation and
+//! the previous window's, and `simmer::policy::Rules::step` (its own confirmation and
 //! cooldown) says what to do. Moves and swaps of ranks become new slots for the tasks of those
 //! ranks' processes; moving the protocol processing instead steers receive processing (RPS)
 //! of the network interfaces, and the previous setting is put back when the run ends.
 
 use super::{Context, Policy, Proposal};
-use simmer::board::{Board, Snapshot};
+use simmer::board::{Board, BoardSnapshot};
 use simmer::policy::{Action, Input, Thresholds};
 use simmer::protocol::{self, NetSample, ProcSource, Steering};
 use std::path::PathBuf;
@@ -18,10 +18,10 @@ use topology::Machine;
 pub struct Simmer {
     board: PathBuf,
     machine: Machine,
-    rules: simmer::policy::Policy,
+    rules: simmer::policy::Rules,
     source: ProcSource,
     steering: Steering,
-    prev: Option<(Snapshot, NetSample)>,
+    prev: Option<(BoardSnapshot, NetSample)>,
     /// RPS settings changed, with their values before huddle changed them.
     steered: Vec<(String, CpuSet)>,
     notes: Vec<String>,
@@ -39,7 +39,7 @@ impl Simmer {
         Simmer {
             board,
             machine,
-            rules: simmer::policy::Policy::new(Thresholds {
+            rules: simmer::policy::Rules::new(Thresholds {
                 min_confidence,
                 ..Thresholds::default()
             }),
@@ -62,7 +62,7 @@ impl Simmer {
     }
 
     /// One window's input, or None while there is no previous window (or no board yet).
-    fn window(&mut self) -> Option<(Snapshot, NetSample, Snapshot, NetSample)> {
+    fn window(&mut self) -> Option<(BoardSnapshot, NetSample, BoardSnapshot, NetSample)> {
         let cur = match Board::open(&self.board).and_then(|b| b.snapshot()) {
             Ok(s) => s,
             Err(e) => {
