@@ -849,7 +849,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 time: now,
                 addr: m.a1,
                 tid: m.a2 as u32,
-                kind: ring::KIND_WRITE_FAULT,
+                kind: ring::KIND_FAULT,
             });
             true
         }

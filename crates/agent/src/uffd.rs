@@ -21,6 +21,8 @@ pub(super) const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 2;
 pub(super) const UFFD_FEATURE_EVENT_REMOVE: u64 = 1 << 3;
 pub(super) const UFFD_FEATURE_EVENT_UNMAP: u64 = 1 << 6;
 pub(super) const UFFD_FEATURE_THREAD_ID: u64 = 1 << 8;
+/// Fault messages carry the faulting address itself, not its page (Linux 5.18).
+pub(super) const UFFD_FEATURE_EXACT_ADDRESS: u64 = 1 << 11;
 pub(super) const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
 pub(super) const UFFD_EVENT_REMAP: u8 = 0x14;
 pub(super) const UFFD_EVENT_REMOVE: u8 = 0x15;
@@ -101,8 +103,35 @@ pub(super) unsafe fn uffd_ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> i6
 }
 
 /// A userfaultfd that also handles faults taken inside system calls (no
-/// UFFD_USER_MODE_ONLY: with it, a write(2) into a protected page would fail).
+/// UFFD_USER_MODE_ONLY: with it, a write(2) into a protected page would fail). Asks for
+/// UFFDIO_MOVE (`with_move`, Linux 6.8) and for exact fault addresses (the records the agent
+/// writes are the detector's only source when perf is unavailable, and a page-aligned
+/// address would put every fault in the page's first block), and does without each on a
+/// kernel that lacks it.
 pub(super) unsafe fn open_uffd(with_move: bool) -> Result<c_int, i32> {
+    // No allocation: this may run in a helper thread.
+    let all = [
+        UFFD_FEATURE_MOVE | UFFD_FEATURE_EXACT_ADDRESS,
+        UFFD_FEATURE_EXACT_ADDRESS,
+        0,
+    ];
+    let wanted = if with_move { &all[..] } else { &all[1..] };
+    let mut last = 0;
+    for &extra in wanted {
+        match open_with(extra) {
+            Ok(fd) => {
+                UFFD_CAN_MOVE.store(extra & UFFD_FEATURE_MOVE != 0, Ordering::Relaxed);
+                return Ok(fd);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// A userfaultfd with the features the agent always needs plus `extra`; the kernel's errno
+/// when it refuses them (a feature it does not know: EINVAL).
+unsafe fn open_with(extra: u64) -> Result<c_int, i32> {
     let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) as c_int;
     if fd < 0 {
         return Err(errno());
@@ -123,18 +152,13 @@ pub(super) unsafe fn open_uffd(with_move: bool) -> Result<c_int, i32> {
             | UFFD_FEATURE_EVENT_REMOVE
             | UFFD_FEATURE_EVENT_UNMAP
             | UFFD_FEATURE_EVENT_REMAP
-            | if with_move { UFFD_FEATURE_MOVE } else { 0 },
+            | extra,
         ioctls: 0,
     };
     if uffd_ioctl(fd, UFFDIO_API, &mut api as *mut _ as *mut c_void) != 0 {
         let e = errno();
         libc::close(fd);
-        if with_move {
-            // A kernel before 6.8: no UFFDIO_MOVE, pages are saved by copy.
-            return open_uffd(false);
-        }
         return Err(e);
     }
-    UFFD_CAN_MOVE.store(with_move, Ordering::Relaxed);
     Ok(fd)
 }

@@ -555,7 +555,7 @@ pub fn decode(typ: u32, body: &[u8]) -> Option<Record> {
         b::PERF_RECORD_COMM => {
             // The name is NUL-padded to 8 bytes; sample_id (TID, TIME, CPU) follows.
             let time = u64_at(body, body.len().checked_sub(16)?)?;
-            let name = body.get(8..body.len() - 24)?;
+            let name = body.get(8..body.len().checked_sub(24)?)?;
             let end = name
                 .iter()
                 .position(|&c| c == 0)
@@ -577,6 +577,38 @@ pub fn decode(typ: u32, body: &[u8]) -> Option<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_or_truncated_records_decode_to_none_never_a_panic() {
+        for typ in [
+            b::PERF_RECORD_SAMPLE,
+            b::PERF_RECORD_FORK,
+            b::PERF_RECORD_EXIT,
+            b::PERF_RECORD_COMM,
+            b::PERF_RECORD_LOST,
+        ] {
+            for len in 0..24 {
+                let body = vec![0u8; len];
+                let _ = decode(typ, &body);
+            }
+        }
+        // A COMM record of 16 to 23 bytes has room for the time but not for a name.
+        assert!(decode(b::PERF_RECORD_COMM, &[0u8; 20]).is_none());
+        // pid, tid, "ab" padded to 8, then sample_id (tid, time, cpu).
+        let mut comm = Vec::new();
+        comm.extend(7u32.to_ne_bytes());
+        comm.extend(8u32.to_ne_bytes());
+        comm.extend(*b"ab\0\0\0\0\0\0");
+        comm.extend(8u64.to_ne_bytes());
+        comm.extend(99u64.to_ne_bytes());
+        comm.extend(0u64.to_ne_bytes());
+        match decode(b::PERF_RECORD_COMM, &comm) {
+            Some(Record::Comm { pid, tid, comm, .. }) => {
+                assert_eq!((pid, tid, comm.as_str()), (7, 8, "ab"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn the_dummy_event_keeps_the_task_records_and_samples_nothing() {

@@ -125,16 +125,17 @@ pub struct Header {
 pub struct Record {
     /// CLOCK_MONOTONIC ns when the agent resolved the fault.
     pub time: u64,
-    /// The faulting address as userfaultfd gives it: page-aligned (no EXACT_ADDRESS).
+    /// The faulting address as userfaultfd gives it: exact where the kernel offers
+    /// UFFD_FEATURE_EXACT_ADDRESS (Linux 5.18), else page-aligned.
     pub addr: u64,
     /// Kernel thread id of the faulting thread (not a task index).
     pub tid: u32,
-    /// [`KIND_WRITE_FAULT`]; the detector does not read it.
+    /// [`KIND_FAULT`]; the detector does not read it.
     pub kind: u32,
 }
 
-/// The only record kind: the agent writes it for every fault it resolves, reads included.
-pub const KIND_WRITE_FAULT: u32 = 1;
+/// The only record kind: a fault the agent resolved (read or write).
+pub const KIND_FAULT: u32 = 1;
 
 /// Size of the ring file in bytes.
 pub const fn file_size() -> usize {
@@ -227,7 +228,7 @@ mod tests {
                 time: i,
                 addr: i * 4096,
                 tid: 7,
-                kind: KIND_WRITE_FAULT,
+                kind: KIND_FAULT,
             });
         }
         assert_eq!(v.header().dropped.load(Ordering::Relaxed), 5);

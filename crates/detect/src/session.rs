@@ -631,7 +631,7 @@ impl Session {
             libc::poll(
                 pfds.as_mut_ptr(),
                 pfds.len() as libc::nfds_t,
-                timeout.as_millis() as i32,
+                timeout.as_millis().min(i32::MAX as u128) as i32,
             )
         };
         if pidfd >= 0 && pfds.last().is_some_and(|p| p.revents != 0) {
@@ -665,7 +665,11 @@ impl Session {
                     TargetExit::Code(libc::WEXITSTATUS(st))
                 });
             }
-        } else if unsafe { libc::kill(self.pid, 0) } != 0 {
+        } else if unsafe { libc::kill(self.pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        {
+            // Gone. (EPERM: still there, under another user since an exec of a setuid
+            // program; it is not ours to signal, but it runs.)
             self.exit = Some(TargetExit::Code(0));
         }
         self.exit

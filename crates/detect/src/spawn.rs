@@ -93,8 +93,15 @@ impl HeldChild {
                 libc::close(go[1]);
                 libc::close(err[0]);
                 let mut b = [0u8; 1];
-                // Wait until the parent has opened the events; EOF means it gave up.
-                if libc::read(go[0], b.as_mut_ptr() as *mut libc::c_void, 1) != 1 {
+                // Wait until the parent has opened the events; EOF means it gave up. (A
+                // signal handler inherited from huddle may interrupt the wait: wait again.)
+                let got = loop {
+                    let n = libc::read(go[0], b.as_mut_ptr() as *mut libc::c_void, 1);
+                    if n >= 0 || *libc::__errno_location() != libc::EINTR {
+                        break n;
+                    }
+                };
+                if got != 1 {
                     libc::_exit(127);
                 }
                 libc::execve(cpath.as_ptr(), argv.as_ptr(), envp.as_ptr());
