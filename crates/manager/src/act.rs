@@ -11,6 +11,8 @@ use crate::pages::PageMover;
 use mapping::Target;
 use std::collections::HashMap;
 
+/// Carries out migrations: pins through the [`Ledger`] (sched_setaffinity), makes pages
+/// follow with `--move-pages`, and keeps what failed as notes.
 pub struct Actuator {
     ledger: Ledger,
     /// The slot each thread id was pinned to last.

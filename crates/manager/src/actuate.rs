@@ -6,13 +6,25 @@ pub enum PinError {
     /// The thread exited between listing and pinning: harmless.
     #[error("thread {0} is gone")]
     Gone(u32),
+    /// EPERM: huddle may not set this thread's affinity (another user's, no CAP_SYS_NICE).
     #[error("not permitted to set the affinity of thread {0} (EPERM)")]
     Denied(u32),
     /// The CPUs are outside what the thread's cpuset allows.
     #[error("CPUs {cpus:?} are not allowed for thread {tid} (EINVAL)")]
-    NotAllowed { tid: u32, cpus: Vec<u32> },
+    NotAllowed {
+        /// The thread.
+        tid: u32,
+        /// The CPUs asked for (OS indexes).
+        cpus: Vec<u32>,
+    },
+    /// Any other failure of sched_setaffinity(2).
     #[error("sched_setaffinity({tid}): {reason}")]
-    Other { tid: u32, reason: String },
+    Other {
+        /// The thread.
+        tid: u32,
+        /// The OS error, as text.
+        reason: String,
+    },
 }
 
 fn mask(cpus: &[u32]) -> Vec<u64> {
@@ -127,12 +139,15 @@ const MPOL_MF_MOVE: libc::c_int = 1 << 1;
 /// Outcome of moving pages.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PageMove {
+    /// Pages asked for (the length of `pages`).
     pub requested: usize,
+    /// Pages move_pages(2) put on the target node.
     pub moved: usize,
     /// Pages already on the target node.
     pub already_there: usize,
     /// Pages not in memory (never touched, or swapped out): nothing to move.
     pub absent: usize,
+    /// Pages that were in memory on another node and are not on the target node after the move.
     pub failed: usize,
 }
 

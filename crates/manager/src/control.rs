@@ -15,25 +15,46 @@
 
 use std::collections::VecDeque;
 
+/// The interval the loop starts with, in ms.
 pub const START_MS: u64 = 100;
+/// How much the interval grows (ms) at each tick the mapping stays.
 pub const STEP_MS: u64 = 50;
+/// The shortest interval, in ms (the floor of halving).
 pub const MIN_MS: u64 = 50;
+/// The longest interval, in ms (the ceiling of growing).
 pub const MAX_MS: u64 = 2000;
+/// Default minimum predicted cost reduction before a migration, a fraction (5 %).
 pub const DEFAULT_THRESHOLD: f64 = 0.05;
+/// Default time, in seconds, during which a mapping migrated away from is not taken again.
 pub const DEFAULT_RETURN_WINDOW_S: f64 = 10.0;
 /// How many abandoned mappings are remembered.
 const MEMORY: usize = 8;
 
+/// What to do with a candidate mapping.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verdict {
-    Migrate { gain: f64 },
-    Keep { reason: String },
+    /// Move to the candidate.
+    Migrate {
+        /// Predicted cost reduction, (current - candidate) / current, a fraction; can be 0 or
+        /// negative for a repair that [`crate::decide`] makes without the threshold.
+        gain: f64,
+    },
+    /// Stay on the live mapping.
+    Keep {
+        /// Why, in words for the report.
+        reason: String,
+    },
 }
 
+/// Decides whether to migrate and how long to wait for the next tick (see the module
+/// documentation). Times are seconds of the run's clock; mappings are PU OS indexes per task.
 #[derive(Clone, Debug)]
 pub struct Controller {
+    /// Time to the next tick, in ms; the controller keeps it within [`MIN_MS`]..=[`MAX_MS`].
     pub interval_ms: u64,
+    /// Minimum predicted cost reduction before a migration, a fraction (0.05 = 5 %).
     pub threshold: f64,
+    /// Seconds after leaving a mapping during which it is not taken again.
     pub return_window_s: f64,
     /// (mapping, time it was left).
     abandoned: VecDeque<(Vec<u32>, f64)>,
@@ -48,6 +69,8 @@ impl Default for Controller {
 }
 
 impl Controller {
+    /// A controller at [`START_MS`] with `threshold` (a fraction) and
+    /// [`DEFAULT_RETURN_WINDOW_S`], remembering no mapping.
     pub fn new(threshold: f64) -> Controller {
         Controller {
             interval_ms: START_MS,

@@ -25,6 +25,7 @@ pub const MIN_TRAFFIC_PER_TASK: f64 = 12.0;
 pub struct Live<'a> {
     /// Their communication (symmetric), see [`live_matrix`].
     pub matrix: &'a CommMatrix,
+    /// The tasks, one per matrix row.
     pub tasks: &'a [ObservedTask],
     /// The slot each runs on now.
     pub current: &'a [usize],
@@ -41,14 +42,17 @@ pub struct Choice {
     pub slots: Vec<usize>,
     /// Pin only the tasks whose slot changes ([`Proposal::only_moved`]).
     pub only_moved: bool,
-    /// PU OS indexes now and proposed.
+    /// The PU OS index each live task runs on now (its [`Live::current`] slot).
     pub current_os: Vec<u32>,
+    /// The PU OS index of each live task's proposed slot.
     pub proposed_os: Vec<u32>,
-    /// Expected cost of the live placement ([`expected_cost`]) and cost of the proposal.
+    /// Expected cost of the live placement over the tasks' masks ([`expected_cost`]).
     pub cost_now: f64,
+    /// Cost of the proposal under the shared cost model (`mapping::cost::evaluate_matrix`).
     pub cost_new: f64,
     /// (cost_now - cost_new) / cost_now.
     pub gain: f64,
+    /// Why it migrates or keeps: the policy's reason, a repair's, or the controller's.
     pub reason: String,
     /// The interval the decision was taken in.
     pub interval_ms: u64,
@@ -61,12 +65,15 @@ pub enum Outcome {
     Filling,
     /// The policy proposed nothing.
     Nothing,
+    /// The policy proposed a placement; whether to move to it is in the choice.
     Judged(Choice),
 }
 
 /// The policy and the controller, and the previous proposal to confirm the next one by.
 pub struct Decider {
+    /// What to aim for.
     pub policy: Box<dyn Policy>,
+    /// Whether a proposal is worth moving to, and the interval to the next tick.
     pub controller: Controller,
     min_traffic: f64,
     /// The previous tick's proposal: (task ids, slots).

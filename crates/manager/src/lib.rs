@@ -15,6 +15,8 @@
 //!   detection session into it, and [`mpi`] merges the PMPI agent's exact MPI traffic into
 //!   it; [`node`] shows it one node's ranks of an MPI job (`huddle node`).
 
+#![warn(missing_docs)]
+
 pub mod act;
 pub mod actuate;
 pub mod control;

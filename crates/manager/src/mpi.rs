@@ -27,6 +27,8 @@ pub enum SourceMode {
 }
 
 impl SourceMode {
+    /// The mode a `--source` value names: `faults`, `mpi` or `both`; anything else is an
+    /// error that lists them.
     pub fn parse(s: &str) -> Result<SourceMode, String> {
         match s {
             "faults" => Ok(SourceMode::Faults),
@@ -40,12 +42,16 @@ impl SourceMode {
 /// Where one cell of the merged matrix came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CellSource {
+    /// Nothing: the cell is zero.
     None,
+    /// Page faults (the detector's events).
     Faults,
+    /// The PMPI agent's byte counts (in event units).
     Mpi,
 }
 
 impl CellSource {
+    /// The name the report shows: `""`, `"faults"` or `"mpi"`.
     pub fn name(self) -> &'static str {
         match self {
             CellSource::None => "",
@@ -59,7 +65,9 @@ impl CellSource {
 /// its last blocking MPI call (0 where not known yet). A rank not on this node is all zero.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RankProc {
+    /// The rank's process id; 0 for a rank not seen on this node.
     pub pid: u32,
+    /// The thread of its last blocking MPI call; 0 where not known yet.
     pub tid: u32,
 }
 
@@ -84,6 +92,7 @@ impl RankProc {
             }
     }
 
+    /// [`RankProc::is_mpi`] for an observed task.
     pub fn is_mpi_task(&self, task: &ObservedTask) -> bool {
         self.is_mpi(task.pid, task.tid, task.whole_process)
     }
@@ -192,6 +201,7 @@ impl MpiTraffic {
         }
     }
 
+    /// Where the board is, or will be once the ranks create it.
     pub fn path(&self) -> &Path {
         &self.path
     }

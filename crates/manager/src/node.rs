@@ -116,6 +116,8 @@ fn common_ancestor(pids: &[u32]) -> Option<u32> {
 /// The detection session's tasks restricted to this node's ranks, with the end of the loop
 /// taken from the board. See the module documentation.
 pub struct NodeRanks {
+    /// The session (on the process [`attach_root`] names), with the MPI merge; the loop sees
+    /// only the rows of the local ranks' processes.
     pub inner: Detected,
     board: Board,
     host: String,

@@ -8,8 +8,12 @@ use matrix::CommMatrix;
 /// A detection session on a launched (`spawned`) or attached program, and where MPI ranks
 /// are involved the PMPI agent's board with the way the two are merged.
 pub struct Detected {
+    /// The detection session on the program.
     pub session: Session,
+    /// huddle launched the program (its child): it ends by [`Observer::try_wait`]. Otherwise
+    /// it is alive while kill(pid, 0) succeeds.
     pub spawned: bool,
+    /// The PMPI agent's board and how its traffic is merged with the faults; None without MPI.
     pub mpi: Option<(MpiTraffic, SourceMode)>,
 }
 

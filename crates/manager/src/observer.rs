@@ -8,8 +8,11 @@ use std::time::Duration;
 /// One task as the observer knows it, in the order tasks appeared.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ObservedTask {
+    /// Thread id; the process id for a whole-process task (the task's key either way).
     pub tid: u32,
+    /// Process id.
     pub pid: u32,
+    /// The task's name as the kernel gives it (comm), for the report.
     pub comm: String,
     /// Seconds since the run started.
     pub first_seen: f64,
@@ -21,7 +24,9 @@ pub struct ObservedTask {
 /// How the program ended.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Exit {
+    /// It exited with this status.
     Code(i32),
+    /// This signal (its number) ended it.
     Signal(i32),
 }
 
@@ -44,6 +49,7 @@ pub trait Observer {
     fn snapshot(&self) -> (CommMatrix, Vec<ObservedTask>);
     /// Ages the matrix after a migration (M -= M >> 2) so new behaviour shows quickly.
     fn age(&mut self);
+    /// Records lost so far (dropped by the kernel, or by an agent whose ring was full).
     fn lost(&self) -> u64;
     /// What the events come from, for the report.
     fn source(&self) -> String;

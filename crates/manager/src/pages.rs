@@ -17,12 +17,16 @@ struct Pending {
     ranges: VecDeque<(u64, u64)>,
 }
 
+/// The pages still to follow migrated tasks, queued per task and moved (move_pages(2)) at
+/// most a budget of pages per task per [`PageMover::step`].
 pub struct PageMover {
     budget: usize,
     page: u64,
     /// By task id (thread or process).
     pending: HashMap<u32, Pending>,
+    /// Pages moved to their task's node so far.
     pub moved: u64,
+    /// Pages that could not be moved so far; a whole batch counts where move_pages(2) failed.
     pub failed: u64,
 }
 

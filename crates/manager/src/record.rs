@@ -11,11 +11,15 @@ use std::time::Instant;
 
 /// What the summary needs that the loop's parts hold.
 pub struct Closing {
+    /// The program's command line, for the report.
     pub command: Vec<String>,
+    /// The policy's name ([`crate::policy::Policy::name`]).
     pub policy: String,
+    /// How the machine model was obtained, and its size.
     pub machine_description: String,
     /// PU OS indexes the program could be placed on.
     pub allowed_pus: Vec<u32>,
+    /// The controller's threshold, a fraction (0.05 = 5 %).
     pub threshold: f64,
     /// Pages moved and not moved with --move-pages.
     pub pages: (u64, u64),
@@ -23,6 +27,8 @@ pub struct Closing {
     pub notes: Vec<String>,
 }
 
+/// What the report keeps, gathered tick by tick on the run's clock (seconds since
+/// [`Recorder::new`]), with huddle's own CPU time from then.
 pub struct Recorder {
     start: Instant,
     started_unix: f64,

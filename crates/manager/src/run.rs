@@ -40,8 +40,11 @@ pub enum Stop {
 
 /// Options of one managed run.
 pub struct Config {
+    /// Whether huddle launched the program or attached to it.
     pub ownership: Ownership,
+    /// What to aim for (see [`crate::policy::parse`]).
     pub policy: Box<dyn Policy>,
+    /// When to migrate; its interval at the start is the first tick's.
     pub controller: Controller,
     /// Pages per task moved per interval with --move-pages (0 = off). Only used when the
     /// allowed PUs span several NUMA nodes.
@@ -53,7 +56,9 @@ pub struct Config {
     /// Communication required before the first decision
     /// ([`crate::decide::DEFAULT_MIN_TRAFFIC`]).
     pub min_traffic: f64,
+    /// The program's command line, for the report.
     pub command: Vec<String>,
+    /// How the machine model was obtained, and its size, for the report.
     pub machine_description: String,
 }
 

@@ -52,6 +52,8 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler for tasks on `target`'s PUs (their OS indexes turned into its slots), with
+    /// nothing sampled yet.
     pub fn new(target: &Target) -> Sampler {
         Sampler {
             os_to_slot: (0..target.num_pus())

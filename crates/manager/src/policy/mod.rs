@@ -13,7 +13,9 @@ use topology::Machine;
 /// A candidate placement: one slot (global PU index of the target) per live task.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Proposal {
+    /// The slot of each live task, in [`Context::tasks`] order.
     pub slots: Vec<usize>,
+    /// Why this placement, for the report.
     pub reason: String,
     /// The policy judged the move itself (its own symptoms, confirmation and cooldown, or
     /// the user's explicit `static:` choice), so the communication-cost threshold does not
@@ -28,13 +30,17 @@ pub struct Proposal {
 pub struct Context<'a> {
     /// Communication among the live tasks, in `tasks` order.
     pub matrix: &'a CommMatrix,
+    /// The PUs the tasks may be placed on; slots are its global PU indexes.
     pub target: &'a Target,
     /// The slot each live task occupies now.
     pub current: &'a [usize],
+    /// The live tasks, one per matrix row.
     pub tasks: &'a [crate::observer::ObservedTask],
 }
 
+/// What placement to aim for, asked once a tick by [`crate::decide::Decider`].
 pub trait Policy {
+    /// The name as `--policy` spells it (`comm`, `static:ALGO`, `none`, `simmer`).
     fn name(&self) -> String;
     /// A candidate placement of the live tasks. None: nothing to propose (observe only).
     fn propose(&mut self, ctx: &Context) -> Option<Proposal>;
@@ -62,7 +68,9 @@ fn options(algorithm: Algorithm, seed: u64) -> Options {
 
 /// `comm`: map the detected matrix with huddle's best algorithm at every interval.
 pub struct Comm {
+    /// The mapping algorithm ([`parse`] picks `Algorithm::Huddle`).
     pub algorithm: Algorithm,
+    /// Seed of the mapping algorithm.
     pub seed: u64,
 }
 
@@ -90,12 +98,15 @@ impl Policy for Comm {
 /// is applied whatever its predicted gain. Algorithms that ignore the matrix (compact,
 /// scatter, ...) map as soon as tasks exist, idle ones included.
 pub struct Static {
+    /// The mapping algorithm the user named.
     pub algorithm: Algorithm,
+    /// Seed of the mapping algorithm.
     pub seed: u64,
     chosen: Option<Vec<usize>>,
 }
 
 impl Static {
+    /// A policy that has chosen no placement yet.
     pub fn new(algorithm: Algorithm, seed: u64) -> Static {
         Static {
             algorithm,

@@ -15,6 +15,10 @@ use std::path::PathBuf;
 use topology::CpuSet;
 use topology::Machine;
 
+/// The `simmer` policy. Each tick it compares the board and the protocol-processing sample
+/// with the previous tick's, and turns the rules' decisions into slots (moves and swaps of the
+/// ranks' tasks) or into receive steering (writes each interface's rx-0 `rps_cpus` under /sys;
+/// root only). [`Policy::finish`] puts the steering back and removes the board file.
 pub struct Simmer {
     board: PathBuf,
     machine: Machine,
