@@ -79,8 +79,12 @@ impl Actuator {
                 Ok(()) => {
                     self.pinned.insert(task.tid, choice.slots[k]);
                 }
-                Err(PinError::Gone(_)) => {}
-                Err(e) => self.note(e.to_string()),
+                Err(PinError::Gone(_)) => continue,
+                Err(e) => {
+                    // Not moved: its memory stays where it runs.
+                    self.note(e.to_string());
+                    continue;
+                }
             }
             if let (Some(m), Some(node)) =
                 (self.mover.as_mut(), numa_os_index(target, choice.slots[k]))

@@ -104,8 +104,15 @@ impl Ledger {
 
     /// Pins thread `tid` of process `pid` to `cpus`, remembering its mask before.
     pub fn pin_thread(&mut self, pid: u32, tid: u32, cpus: &[u32]) -> Result<(), PinError> {
+        let first = !self.before.contains_key(&tid);
         self.remember(pid, tid);
-        actuate::set_affinity(tid, cpus)?;
+        if let Err(e) = actuate::set_affinity(tid, cpus) {
+            // Nothing changed: nothing to put back, and not counted in `changed`.
+            if first {
+                self.before.remove(&tid);
+            }
+            return Err(e);
+        }
         self.applied.insert(cpus.to_vec());
         Ok(())
     }
@@ -256,6 +263,21 @@ mod tests {
             // SAFETY: killing the test's own grandchildren.
             unsafe { libc::kill(k as i32, libc::SIGKILL) };
         }
+    }
+
+    #[test]
+    fn a_pin_that_fails_is_not_counted_as_a_change() {
+        let sh = spawn("sleep 30 & wait");
+        let kid = children(sh.0.id(), 1)[0];
+        let before = actuate::get_affinity(kid).unwrap();
+        let mut ledger = Ledger::attached(sh.0.id());
+        // No such CPU: the kernel refuses the mask.
+        assert!(ledger.pin_thread(kid, kid, &[8000]).is_err());
+        assert_eq!(ledger.changed(), 0);
+        assert_eq!(ledger.restore(), Restored::default());
+        assert_eq!(actuate::get_affinity(kid).unwrap(), before);
+        // SAFETY: killing the test's own grandchild.
+        unsafe { libc::kill(kid as i32, libc::SIGKILL) };
     }
 
     #[test]

@@ -46,6 +46,8 @@ fn keep_where<T>(v: &mut Vec<T>, keep: &[bool]) {
 /// Reads the tasks' state each tick and remembers what the report needs of it (CPU time).
 pub struct Sampler {
     os_to_slot: HashMap<u32, usize>,
+    /// The slot a task is taken to run on when nothing says where it runs.
+    first_allowed: usize,
     ticks_per_s: f64,
     cpu_ticks: HashMap<u32, u64>,
     idle: IdleTracker,
@@ -59,6 +61,7 @@ impl Sampler {
             os_to_slot: (0..target.num_pus())
                 .map(|g| (target.os_index(g), g))
                 .collect(),
+            first_allowed: target.allowed_slots().first().copied().unwrap_or(0),
             ticks_per_s: procs::ticks_per_second(),
             cpu_ticks: HashMap::new(),
             idle: IdleTracker::default(),
@@ -102,14 +105,16 @@ impl Sampler {
                     pu: st.processor,
                 });
             }
-            let here = stat
-                .and_then(|st| self.os_to_slot.get(&st.processor).copied())
-                .unwrap_or(0);
             let mut mask: Vec<usize> = crate::actuate::get_affinity(task.tid)
                 .unwrap_or_default()
                 .iter()
                 .filter_map(|os| self.os_to_slot.get(os).copied())
                 .collect();
+            // Where /proc says it ran last; failing that, somewhere it may run.
+            let here = stat
+                .and_then(|st| self.os_to_slot.get(&st.processor).copied())
+                .or_else(|| mask.first().copied())
+                .unwrap_or(self.first_allowed);
             // A task pinned to one PU is there (or will be at its next wake-up), whatever CPU
             // /proc says it last ran on: a sleeping task keeps reporting the old one.
             let slot = match mask.as_slice() {

@@ -153,17 +153,24 @@ impl Policy for Simmer {
         for d in &outcome.decisions {
             match d.action {
                 Action::Move { rank, to_pu } => {
-                    for k in tasks_of(pid_of(rank)) {
+                    let tasks = tasks_of(pid_of(rank));
+                    if tasks.is_empty() {
+                        self.note(format!("simmer: rank {rank} has no task huddle watches: a move of it was not acted on"));
+                        continue;
+                    }
+                    for k in tasks {
                         slots[k] = to_pu;
                     }
                 }
                 Action::Swap { a, b } => {
                     let (ta, tb) = (tasks_of(pid_of(a)), tasks_of(pid_of(b)));
-                    if let (Some(&ka), Some(&kb)) = (ta.first(), tb.first()) {
-                        let (sa, sb) = (ctx.current[ka], ctx.current[kb]);
-                        ta.iter().for_each(|&k| slots[k] = sb);
-                        tb.iter().for_each(|&k| slots[k] = sa);
-                    }
+                    let (Some(&ka), Some(&kb)) = (ta.first(), tb.first()) else {
+                        self.note(format!("simmer: rank {a} or {b} has no task huddle watches: a swap of them was not acted on"));
+                        continue;
+                    };
+                    let (sa, sb) = (ctx.current[ka], ctx.current[kb]);
+                    ta.iter().for_each(|&k| slots[k] = sb);
+                    tb.iter().for_each(|&k| slots[k] = sa);
                 }
                 Action::SteerProtocol { to_pu } => {
                     let os = self.machine.pus[to_pu].os_index;
