@@ -366,11 +366,24 @@ impl Machine {
             // The root covers every PU, so this always ends.
             node = &self.nodes[node.parent.expect("root covers all PUs") as usize];
         }
+        // A die or group has no level of its own: sharing one means at least sharing what
+        // holds it (a group of two L3s inside a package is package-near, not machine-far).
+        while matches!(node.kind, ObjKind::Die | ObjKind::Group) {
+            match node.parent {
+                Some(p) => node = &self.nodes[p as usize],
+                None => break,
+            }
+        }
         let by_tree = Level::from_kind(node.kind);
-        // A common ancestor that holds a NUMA node (a package with its memory controller, an
-        // SNC group) means the pair shares local memory, which is nearer than the ancestor's
-        // own kind says. A single machine-wide NUMA node distinguishes nothing.
-        if self.numa_nodes.len() > 1 && !node.numa.is_empty() && by_tree > Level::Numa {
+        // Two PUs of one NUMA node share local memory, which is nearer than their common
+        // ancestor's kind may say (a package with its memory controller, whose dies split
+        // it; an SNC group). A single machine-wide NUMA node distinguishes nothing.
+        let numa = self.pus[a].numa;
+        if self.numa_nodes.len() > 1
+            && numa.is_some()
+            && numa == self.pus[b].numa
+            && by_tree > Level::Numa
+        {
             Level::Numa
         } else {
             by_tree

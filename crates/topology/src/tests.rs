@@ -175,3 +175,29 @@ fn system_model_has_allowed_pus() {
     assert!(m.allowed_pus().count() >= 1);
     assert_eq!(m.counts().machine, 1);
 }
+
+#[test]
+fn dies_and_groups_are_never_farther_than_what_holds_them() {
+    // NUMA memory at each package, two dies in it: the same die is as near as the other
+    // die of the package (it was "package", farther than "numa" across the dies).
+    let m = synth("pack:2 [numa] die:2 core:2 pu:1");
+    assert_eq!(m.level(0, 1), Level::Numa, "same die");
+    assert_eq!(m.level(0, 2), Level::Numa, "other die, same package");
+    assert_eq!(m.level(0, 4), Level::Machine);
+    // A group of two L3s inside a package: package-near, not machine-far.
+    let g = synth("pack:2 group:2 l3:2 core:1 pu:1");
+    assert_eq!(g.level(0, 1), Level::Package, "same group, two L3s");
+    assert_eq!(g.level(0, 2), Level::Package, "other group, same package");
+    assert_eq!(g.level(0, 4), Level::Machine);
+    for m in [&m, &g] {
+        for a in 0..m.num_pus() {
+            for b in 0..m.num_pus() {
+                // Any pair inside a package is nearer than any pair across packages.
+                if a / 4 == b / 4 {
+                    assert!(m.distance(a, b) < m.distance(a, (a + 4) % 8), "{a}-{b}");
+                }
+                assert_eq!(m.level(a, b), m.level(b, a));
+            }
+        }
+    }
+}
