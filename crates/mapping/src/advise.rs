@@ -203,9 +203,8 @@ fn advise_traffic(
             slots: total,
         });
     }
-    let block = n.div_ceil(nodes);
-    let blocked: Vec<usize> = (0..n).map(|r| r / block).collect();
-    let cyclic: Vec<usize> = (0..n).map(|r| r % nodes).collect();
+    let blocked = blocked_nodes(n, &caps);
+    let cyclic = cyclic_nodes(n, &caps);
     let mapped = map_graph(
         graph,
         target,
@@ -235,6 +234,50 @@ fn advise_traffic(
     })
 }
 
+/// Slurm's block distribution over nodes of `caps` PUs: consecutive ranks, an equal share
+/// (rounded up) per node, no node beyond its PUs; what is left goes to nodes with PUs to
+/// spare, in order; beyond every PU (oversubscribed), one more rank per node in turn.
+fn blocked_nodes(n: usize, caps: &[usize]) -> Vec<usize> {
+    let share = n.div_ceil(caps.len().max(1));
+    let mut quota: Vec<usize> = caps.iter().map(|&c| c.min(share)).collect();
+    let mut left = n - quota.iter().sum::<usize>().min(n);
+    for (q, &c) in quota.iter_mut().zip(caps) {
+        let more = (c - *q).min(left);
+        *q += more;
+        left -= more;
+    }
+    for k in (0..caps.len()).cycle().take(left) {
+        quota[k] += 1;
+    }
+    let mut out = Vec::with_capacity(n);
+    for (k, &q) in quota.iter().enumerate() {
+        out.extend(std::iter::repeat_n(k, q));
+    }
+    out.truncate(n);
+    out
+}
+
+/// Slurm's cyclic distribution over nodes of `caps` PUs: rank r on the next node in turn
+/// that has a PU left; once every PU is taken (oversubscribed), plain turns.
+fn cyclic_nodes(n: usize, caps: &[usize]) -> Vec<usize> {
+    let nodes = caps.len().max(1);
+    let mut used = vec![0usize; caps.len()];
+    let mut out = Vec::with_capacity(n);
+    let mut k = 0;
+    for r in 0..n {
+        let free = (0..nodes)
+            .map(|i| (k + i) % nodes)
+            .find(|&i| used.get(i) < caps.get(i));
+        let node = free.unwrap_or(r % nodes);
+        if let Some(u) = used.get_mut(node) {
+            *u += 1;
+        }
+        out.push(node);
+        k = node + 1;
+    }
+    out
+}
+
 /// A placement given as one node per rank (what a job ran with), scored as the advisor scores
 /// its own: huddle places each node's ranks on that node's PUs, then network volume and link
 /// contention over the nodes.
@@ -248,6 +291,19 @@ pub fn evaluate_nodes(
 ) -> Result<ScoredPlacement, MapError> {
     if !(link_bandwidth.is_finite() && link_bandwidth > 0.0) {
         return Err(MapError::LinkBandwidth(link_bandwidth));
+    }
+    if node_of.len() != m.n() {
+        return Err(MapError::NodePlacement(format!(
+            "{} nodes given for {} ranks",
+            node_of.len(),
+            m.n()
+        )));
+    }
+    if let Some(&bad) = node_of.iter().find(|&&k| k >= target.num_nodes()) {
+        return Err(MapError::NodePlacement(format!(
+            "node {bad} named, the target has {}",
+            target.num_nodes()
+        )));
     }
     let graph = Graph::from_matrix(m);
     let mapping = by_nodes(node_of, &graph, target, opts)?;
@@ -357,6 +413,40 @@ mod tests {
 
     fn by_name<'a>(a: &'a Advice, name: &str) -> &'a ScoredPlacement {
         a.placements.iter().find(|p| p.name == name).unwrap()
+    }
+
+    #[test]
+    fn block_and_cyclic_keep_each_node_within_its_pus() {
+        // Uniform nodes: Slurm's shapes.
+        assert_eq!(blocked_nodes(5, &[4, 4]), vec![0, 0, 0, 1, 1]);
+        assert_eq!(cyclic_nodes(5, &[4, 4]), vec![0, 1, 0, 1, 0]);
+        // A small node takes no more than it has; the rest go where PUs are left.
+        assert_eq!(blocked_nodes(6, &[1, 8]), vec![0, 1, 1, 1, 1, 1]);
+        assert_eq!(cyclic_nodes(6, &[1, 8]), vec![0, 1, 1, 1, 1, 1]);
+        assert_eq!(blocked_nodes(6, &[2, 2, 8]), vec![0, 0, 1, 1, 2, 2]);
+        // Oversubscribed: one more rank per node in turn.
+        assert_eq!(blocked_nodes(5, &[2, 2]), vec![0, 0, 0, 1, 1]);
+        assert_eq!(cyclic_nodes(5, &[2, 2]), vec![0, 1, 0, 1, 0]);
+    }
+
+    #[test]
+    fn a_node_placement_that_does_not_fit_is_an_error() {
+        let target = cluster(2, "core:2 pu:1");
+        let m = matrix(3, &[(0, 1, 1.0)]);
+        let e = |node_of: &[usize]| {
+            evaluate_nodes("ran", node_of, &m, &target, &opts(), DEFAULT_LINK_BANDWIDTH)
+                .err()
+                .map(|e| e.to_string())
+        };
+        assert_eq!(
+            e(&[0, 1]).unwrap(),
+            "node placement: 2 nodes given for 3 ranks"
+        );
+        assert_eq!(
+            e(&[0, 1, 2]).unwrap(),
+            "node placement: node 2 named, the target has 2"
+        );
+        assert_eq!(e(&[0, 0, 1]), None);
     }
 
     #[test]

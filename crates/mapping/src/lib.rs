@@ -66,6 +66,9 @@ pub enum MapError {
     /// The advisor's link bandwidth must be a positive, finite number of bytes per second.
     #[error("link bandwidth must be a positive number of bytes per second, not {0}")]
     LinkBandwidth(f64),
+    /// A node per rank that does not fit the matrix or the target; the text says how.
+    #[error("node placement: {0}")]
+    NodePlacement(String),
 }
 
 /// The mapping algorithms `--algorithm` selects.

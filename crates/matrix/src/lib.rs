@@ -74,6 +74,7 @@ impl CommMatrix {
 
     /// Entry at row i, column j: traffic from task i to task j. Both must be below `n()`.
     pub fn get(&self, i: usize, j: usize) -> f64 {
+        debug_assert!(j < self.n, "column {j} of a {}-task matrix", self.n);
         self.data[i * self.n + j]
     }
 
@@ -83,6 +84,7 @@ impl CommMatrix {
             v.is_finite() && v >= 0.0,
             "matrix entries are finite and >= 0, got {v}"
         );
+        assert!(j < self.n, "column {j} of a {}-task matrix", self.n);
         self.data[i * self.n + j] = v;
     }
 
@@ -184,7 +186,8 @@ impl CommMatrix {
         }
         // Costs multiply the cells by level costs (at most 1e6) and sum them: beyond this the
         // sum could overflow to infinity and compare wrongly, so such a matrix is refused.
-        let total = m.total();
+        // Every cell, both triangles: a matrix may carry its traffic in either.
+        let total: f64 = m.data.iter().sum();
         if total > MAX_TOTAL {
             return Err(MatrixError::File {
                 file: name.to_string(),
@@ -259,6 +262,8 @@ mod tests {
         assert!(e("0,1\n1\n").starts_with("f.csv:2:2:"));
         assert_eq!(e("\n\n"), "f.csv: empty matrix");
         assert!(e("0,1.7e308\n1.7e308,0\n").contains("costs would overflow"));
+        // Traffic in the lower triangle alone counts as well.
+        assert!(e("0,0\n1.7e308,0\n").contains("costs would overflow"));
     }
 
     #[test]

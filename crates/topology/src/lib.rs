@@ -61,10 +61,12 @@ pub enum TopologyError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A cluster that cannot be built (no node given), or both an XML file and a synthetic
-    /// description given to [`Machine::load`].
+    /// A cluster that cannot be built (no node given).
     #[error("cluster: {0}")]
     BadCluster(String),
+    /// Both an XML file and a synthetic description given to [`Machine::load`].
+    #[error("give either an XML file or a synthetic description, not both")]
+    TwoSources,
     /// hwloc failed to discover the running system; the text is hwloc's error.
     #[error("hwloc could not discover this machine: {0}")]
     Discovery(String),

@@ -94,9 +94,7 @@ impl Machine {
             (Some(p), None) => Machine::from_xml(p),
             (None, Some(d)) => Machine::from_synthetic(d),
             (None, None) => Machine::from_system(),
-            (Some(_), Some(_)) => Err(TopologyError::BadCluster(
-                "give either an XML file or a synthetic description, not both".into(),
-            )),
+            (Some(_), Some(_)) => Err(TopologyError::TwoSources),
         }
     }
 
