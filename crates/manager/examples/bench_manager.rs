@@ -5,7 +5,7 @@
 
 use mapping::{Algorithm, Options, Target};
 use matrix::CommMatrix;
-use report::RunData;
+use rundata::RunData;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -176,7 +176,7 @@ fn quality(
         .collect();
     let os_to_slot = |os: u32| (0..target.num_pus()).find(|&g| target.os_index(g) == os);
     // The cost on the ground truth of a migration's placement, in workload task order.
-    let cost_of = |d: &report::Decision| -> Option<f64> {
+    let cost_of = |d: &rundata::Decision| -> Option<f64> {
         let mut slots = Vec::with_capacity(tids.len());
         for tid in &tids {
             let task = run.tasks.iter().position(|t| t.tid as u64 == *tid)?;
@@ -384,7 +384,7 @@ struct OnOff {
     /// Re-armed pages per second while the extra faults were on.
     on_rate: f64,
     /// The run's record: its re-armed pages, agents' CPU and duration.
-    info: report::RunInfo,
+    info: rundata::RunInfo,
 }
 
 impl OnOff {
@@ -484,7 +484,7 @@ fn mean_ci(xs: &[f64]) -> (f64, f64) {
 
 /// Agents' CPU seconds per second of run while re-arming nothing (ticks, map scans), from two
 /// runs that re-armed at different rates: agent CPU = idle x duration + per page x pages.
-fn idle_agent_cpu(a: &report::RunInfo, b: &report::RunInfo) -> f64 {
+fn idle_agent_cpu(a: &rundata::RunInfo, b: &rundata::RunInfo) -> f64 {
     let (ta, pa, ca) = (a.duration_s, a.rearmed_pages as f64, a.agent_cpu_s);
     let (tb, pb, cb) = (b.duration_s, b.rearmed_pages as f64, b.agent_cpu_s);
     let per_page = (cb * ta - ca * tb) / (pb * ta - pa * tb);

@@ -6,7 +6,7 @@ use crate::observer::{Exit, Observer};
 use crate::procs;
 use crate::sample::{Sampled, Sampler};
 use matrix::CommMatrix;
-use report::{Decision, RunData, RunInfo, Sample, Snapshot, TaskRecord};
+use rundata::{Decision, RunData, RunInfo, Sample, Snapshot, TaskRecord};
 use std::time::Instant;
 
 /// What the summary needs that the loop's parts hold.
@@ -175,7 +175,7 @@ impl Recorder {
         let mut notes = closing.notes;
         notes.extend(obs.notes());
         data.info = RunInfo {
-            schema: report::SCHEMA.into(),
+            schema: rundata::SCHEMA.into(),
             command: closing.command,
             pid: obs.pid(),
             started_unix: self.started_unix,
@@ -231,7 +231,7 @@ mod tests {
             live: (0..n).collect(),
             current: vec![0; n],
             masks: vec![vec![0]; n],
-            placements: vec![report::Placement {
+            placements: vec![rundata::Placement {
                 t: 0.0,
                 task: 0,
                 pu: 0,

@@ -10,7 +10,7 @@ use crate::policy::Policy;
 use crate::record::{Closing, Recorder};
 use crate::sample::Sampler;
 use mapping::Target;
-use report::RunData;
+use rundata::RunData;
 use std::time::{Duration, Instant};
 
 /// Whose program it is: what huddle's signals mean, and what is left when huddle stops.
@@ -231,7 +231,7 @@ mod tests {
     use crate::actuate;
     use crate::idle;
     use matrix::CommMatrix;
-    use report::Decision;
+    use rundata::Decision;
     use std::process::{Child, Command};
     use topology::Machine;
 

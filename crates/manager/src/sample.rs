@@ -6,7 +6,7 @@ use crate::observer::ObservedTask;
 use crate::procs;
 use mapping::Target;
 use matrix::CommMatrix;
-use report::Placement;
+use rundata::Placement;
 use std::collections::HashMap;
 use std::path::Path;
 
