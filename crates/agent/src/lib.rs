@@ -84,8 +84,8 @@
 //! (`.data` made anonymous); this file holds the shared state and its lock, start-up, the
 //! fork hooks, the fault thread and the interposed `ioctl`.
 
-use detect::agent_env;
-use detect::ring::{self, RingView};
+use agent_abi::env as agent_env;
+use agent_abi::ring::{self, RingView};
 use libc::{c_int, c_ulong, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 

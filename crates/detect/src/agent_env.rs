@@ -1,30 +1,12 @@
-//! What the agent (crates/agent) and the detector agree on besides the ring format: the
-//! environment variables that configure the agent, and the private directory its ring files
-//! live in. Defined once here; the agent reads the same names.
+//! The agent's environment and the private directory its ring files live in, as the
+//! detector sets them up. The variable names are `agent_abi::env`'s, which the agent reads.
 
 use crate::procs;
 use crate::session::{AgentConfig, DetectError};
+use agent_abi::env::{DIR, FLOOR, INTERVAL_MS, PREFIX, PRIVATE, RATE, THREADS_ONLY};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// Every variable the agent reads starts with this; the detector replaces them all.
-pub const PREFIX: &str = "HUDDLE_AGENT_";
-/// The private directory for the ring file (without it the agent does nothing).
-pub const DIR: &str = "HUDDLE_AGENT_DIR";
-/// Fraction of eligible pages re-armed per second.
-pub const RATE: &str = "HUDDLE_AGENT_RATE";
-/// Pages re-armed per second at least.
-pub const FLOOR: &str = "HUDDLE_AGENT_FLOOR";
-/// The re-arm thread's period.
-pub const INTERVAL_MS: &str = "HUDDLE_AGENT_INTERVAL_MS";
-/// "0": leave private anonymous memory alone.
-pub const PRIVATE: &str = "HUDDLE_AGENT_PRIVATE";
-/// "0": save dropped private pages by copy, not with UFFDIO_MOVE.
-pub const MOVE: &str = "HUDDLE_AGENT_MOVE";
-/// "1": re-arm only while two threads of the process or more are busy (another source
-/// counts the traffic between processes: the PMPI agent's, for MPI ranks).
-pub const THREADS_ONLY: &str = "HUDDLE_AGENT_THREADS_ONLY";
 
 /// `env` (the program's environment) with the agent preloaded and configured by `cfg`, its
 /// ring going to `dir`: the agent's library goes first in LD_PRELOAD, and any agent settings

@@ -8,7 +8,7 @@
 //! CPU. Normally a task faults once per page; the agent (`crates/agent`, preloaded into the
 //! target) re-arms a budgeted random sample of pages so that detection goes on and follows
 //! phase changes, and reports the faults it resolves itself through a shared ring
-//! ([`ring`]) - the event source used when perf is unavailable.
+//! (`agent_abi::ring`) - the event source used when perf is unavailable.
 //!
 //! Keys: within a process the virtual address; for shared mappings (device, inode, offset)
 //! from /proc/PID/maps, so that processes sharing memory meet in the same block.
@@ -50,7 +50,6 @@ pub mod owners;
 pub mod perf;
 pub mod procmaps;
 pub mod procs;
-pub mod ring;
 pub mod session;
 pub mod sharers;
 pub mod signals;
