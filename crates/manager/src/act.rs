@@ -214,6 +214,22 @@ mod tests {
         }
     }
 
+    /// An actuator that moved every task of `tasks`, each now on `slot`, to `slot`.
+    fn pin_all_to(
+        target: &Target,
+        slot: usize,
+        tasks: &[ObservedTask],
+        only_moved: bool,
+    ) -> (Actuator, u32) {
+        let mut act = Actuator::new(Ledger::launched(), target, 0);
+        let os = target.os_index(slot);
+        let n = tasks.len();
+        let live: Vec<usize> = (0..n).collect();
+        let c = choice(vec![slot; n], vec![os; n], only_moved);
+        act.migrate(&NoPages, target, tasks, &live, &vec![slot; n], &c);
+        (act, os)
+    }
+
     #[test]
     fn pins_the_live_tasks_and_notes_the_ones_it_cannot() {
         let target = Target::machine(Machine::from_system().unwrap());
@@ -233,16 +249,7 @@ mod tests {
             pid: u32::MAX - 1,
             ..tasks[0].clone()
         });
-        let mut act = Actuator::new(Ledger::launched(), &target, 0);
-        let os = target.os_index(first);
-        act.migrate(
-            &NoPages,
-            &target,
-            &tasks,
-            &[0, 1, 2],
-            &[first; 3],
-            &choice(vec![first; 3], vec![os; 3], false),
-        );
+        let (act, os) = pin_all_to(&target, first, &tasks, false);
         let masks: Vec<Option<Vec<u32>>> = children
             .iter()
             .map(|c| actuate::get_affinity(c.id()))
@@ -270,16 +277,7 @@ mod tests {
             .unwrap();
         let before = actuate::get_affinity(child.id());
         let tasks = vec![sleeper_task(&child)];
-        let mut act = Actuator::new(Ledger::launched(), &target, 0);
-        let os = target.os_index(first);
-        act.migrate(
-            &NoPages,
-            &target,
-            &tasks,
-            &[0],
-            &[first],
-            &choice(vec![first], vec![os], true),
-        );
+        let (act, _) = pin_all_to(&target, first, &tasks, true);
         let after = actuate::get_affinity(child.id());
         child.kill().unwrap();
         child.wait().unwrap();

@@ -100,16 +100,11 @@ mod tests {
     }
 
     #[test]
-    fn saves_loads_and_renders_a_self_contained_page() {
+    fn renders_a_saved_run_as_a_self_contained_page() {
         let dir = std::env::temp_dir().join(format!("huddle-report-{}", std::process::id()));
         let run = sample_run();
+        // Saving and loading are rundata's (and tested there).
         run.save(&dir).unwrap();
-        let back = RunData::load(&dir).unwrap();
-        assert_eq!(back.placements, run.placements);
-        assert_eq!(back.matrix, run.matrix);
-        assert_eq!(back.matrix_sources, run.matrix_sources);
-        assert_eq!(back.matrix_faults, run.matrix_faults);
-        assert_eq!(back.decisions[0].mapping, vec![0, 1, 0, 1]);
         let page = std::fs::read_to_string(render(&dir).unwrap()).unwrap();
         // Heatmaps, timeline, cost, events and CPU plots, all inline.
         assert!(
