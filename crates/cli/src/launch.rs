@@ -3,7 +3,7 @@
 use crate::exit::bad_input;
 use crate::machine_args::MachineArgs;
 use huddle_msg::launch::{self, Launch};
-use huddle_msg::rules::{default_rules_path, RuleTable};
+use huddle_msg::rules::RuleTable;
 use huddle_msg::MsgError;
 use mapping::{Algorithm, Options, Target};
 use matrix::CommMatrix;
@@ -127,20 +127,10 @@ pub fn placement(
     Ok(mapping.slots)
 }
 
-pub fn load_rules(m: &Machine, explicit: Option<&PathBuf>) -> anyhow::Result<RuleTable> {
-    if let Some(p) = explicit {
-        return RuleTable::load(p).map_err(bad_input);
-    }
-    match default_rules_path().filter(|p| p.is_file()) {
-        Some(p) => RuleTable::load(&p).map_err(bad_input),
-        None => Ok(RuleTable::from_caches(m)),
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let m = args.machine.load()?;
     let pus = placement(&m, args.n, &args.map, &args.bind, args.matrix.as_ref())?;
-    let rules = load_rules(&m, args.rules.as_ref())?;
+    let rules = RuleTable::for_launch(&m, args.rules.as_deref()).map_err(bad_input)?;
     let job = launch::job_spec(&m, &pus, &rules).map_err(bad_input)?;
     if args.dry_run {
         let classes: Vec<Vec<&str>> = job

@@ -2,13 +2,10 @@
 //! and store the rule table that `huddle launch` uses.
 
 use crate::exit::bad_input;
-use huddle_msg::engine::Engine;
-use huddle_msg::launch::{self, Launch};
-use huddle_msg::rules::{default_rules_path, Class, RuleTable};
-use huddle_msg::tune::{self, Plan, Point};
+use huddle_msg::rules::default_rules_path;
+use huddle_msg::tune;
 use std::path::PathBuf;
-use std::time::Duration;
-use topology::{Machine, ObjKind};
+use topology::Machine;
 
 #[derive(clap::Args)]
 #[command(
@@ -40,48 +37,10 @@ pub struct Args {
     pub worker: Option<PathBuf>,
 }
 
-fn worker(out: &PathBuf, quick: bool) -> anyhow::Result<i32> {
-    let mut e = Engine::from_env()?;
-    // The last-level cache: past it, copies run from memory (tune.rs measures there too).
-    let llc = Machine::from_system().ok().and_then(|m| {
-        [
-            ObjKind::L5,
-            ObjKind::L4,
-            ObjKind::L3,
-            ObjKind::L2,
-            ObjKind::L1,
-        ]
-        .into_iter()
-        .find_map(|k| m.nodes_of(k).find_map(|n| n.cache_size))
-    });
-    let points = tune::measure(&mut e, &Plan::new(quick, llc))?;
-    if e.rank() == 0 {
-        std::fs::write(out, serde_json::to_string(&points)?)
-            .map_err(|err| anyhow::anyhow!("{}: {err}", out.display()))?;
-    }
-    e.mark_finalized();
-    Ok(0)
-}
-
-/// One pair of allowed PUs per class present, by logical index.
-fn pairs(m: &Machine) -> Vec<(Class, usize, usize)> {
-    let pus: Vec<usize> = m.allowed_pus().collect();
-    let mut out: Vec<(Class, usize, usize)> = Vec::new();
-    for (i, &a) in pus.iter().enumerate() {
-        for &b in &pus[i + 1..] {
-            let c = Class::from_level(m.level(a, b));
-            if !out.iter().any(|x| x.0 == c) {
-                out.push((c, a, b));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(out) = &args.worker {
-        return worker(out, args.quick);
+        tune::run_worker(out, args.quick)?;
+        return Ok(0);
     }
     let path = match (&args.output, std::env::var_os("HUDDLE_MSG_RULES")) {
         (Some(p), _) => {
@@ -106,67 +65,26 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
     };
     let m = Machine::from_system()?;
-    let defaults = RuleTable::from_caches(&m);
-    let mut table = defaults.clone();
-    let exe = std::env::current_exe()?;
-    let mut measured = Vec::new();
-    let mut all_points: Vec<(Class, usize, usize, Vec<Point>)> = Vec::new();
-    for (class, a, b) in pairs(&m) {
-        let tmp = std::env::temp_dir().join(format!(
-            "huddle-tune-msg-{}-{}.json",
-            std::process::id(),
-            class.name()
-        ));
-        let mut wargs = vec!["tune-msg".into(), "--worker".into(), tmp.clone().into()];
-        if args.quick {
-            wargs.push("--quick".into());
+    let exe: std::ffi::OsString = std::env::current_exe()?.into();
+    let quick = args.quick;
+    let worker = |out: &std::path::Path| {
+        let mut a = vec![
+            "tune-msg".into(),
+            "--worker".into(),
+            out.as_os_str().to_os_string(),
+        ];
+        if quick {
+            a.push("--quick".into());
         }
-        let outcome = launch::run(Launch {
-            program: exe.clone().into(),
-            args: wargs,
-            job: launch::job_spec(&m, &[a, b], &defaults)?,
-            grace: Duration::from_secs(5),
-        });
-        // The worker's file goes whatever happened.
-        let text = std::fs::read_to_string(&tmp);
-        let _ = std::fs::remove_file(&tmp);
-        if let Some(f) = outcome?.failure {
-            anyhow::bail!("measuring class {} on PUs {a},{b}: {f}", class.name());
-        }
-        let text = text?;
-        let points: Vec<Point> = serde_json::from_str(&text)?;
-        let base = defaults.rules[&class];
-        let rule = tune::choose(&points, base);
-        table.rules.insert(class, rule);
-        let (osa, osb) = (m.pus[a].os_index, m.pus[b].os_index);
-        measured.push(format!("{} on PUs P#{osa},P#{osb}", class.name()));
-        all_points.push((class, osa as usize, osb as usize, points));
-    }
-    table.source = "tune-msg".into();
-    table.basis = format!(
-        "measured {} ({}); other classes from cache sizes ({})",
-        if measured.is_empty() {
-            "nothing".to_string()
-        } else {
-            measured.join(", ")
-        },
-        if args.quick {
-            "quick plan"
-        } else {
-            "full plan"
-        },
-        defaults.basis
-    );
+        (exe.clone(), a)
+    };
+    let (table, measured) = tune::tune_machine(&m, quick, &worker)?;
     table.save(&path)?;
     if args.json {
-        let detail: Vec<serde_json::Value> = all_points
-            .iter()
-            .map(|(c, a, b, p)| serde_json::json!({"class": c, "pus_os": [a, b], "points": p}))
-            .collect();
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "stored": path, "table": table, "measurements": detail
+                "stored": path, "table": table, "measurements": measured
             }))?
         );
         return Ok(0);
@@ -185,7 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     for (c, r) in &table.rules {
         // The exchange threshold always comes from the cache sizes.
-        let src = if all_points.iter().any(|x| x.0 == *c) {
+        let src = if measured.iter().any(|x| x.class == *c) {
             "measured (in_exchanges: cache sizes)"
         } else {
             "cache sizes"

@@ -80,19 +80,8 @@ impl Drop for Counter {
 
 /// The CPUs thread `tid` may run on.
 fn mask(tid: u32) -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is valid; the call writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        let r = libc::sched_getaffinity(
-            tid as libc::pid_t,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &mut set,
-        );
-        assert_eq!(r, 0, "sched_getaffinity({tid})");
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
+    let cpus = manager::actuate::get_affinity(tid).expect("sched_getaffinity");
+    cpus.into_iter().map(|c| c as usize).collect()
 }
 
 /// How huddle is made to let go.

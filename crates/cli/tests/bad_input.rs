@@ -2,6 +2,7 @@
 //! that names the problem, before anything runs (docs/bad-input.md lists them).
 
 mod common;
+use common::HUDDLE;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -70,7 +71,7 @@ const PROBES: &[(&[&str], &str)] = &[
 
 fn huddle(args: &[&str]) -> (i32, String, Duration) {
     let t = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_huddle"))
+    let out = Command::new(HUDDLE)
         .args(args)
         .output()
         .expect("huddle runs");
@@ -104,7 +105,7 @@ fn a_fifo_and_a_huge_matrix_are_refused_without_reading_them() {
     assert!(err.contains("is a FIFO, not a regular file"), "{err}");
     let big = dir.join("big.csv");
     std::fs::write(&big, "0,1\n1,0\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_huddle"))
+    let out = Command::new(HUDDLE)
         .args(["map", "--matrix", big.to_str().unwrap()])
         .env("HUDDLE_MAX_INPUT_BYTES", "4")
         .output()

@@ -2,16 +2,12 @@
 //! `cargo build -p agent`, which `make test` and `cargo test --workspace` do).
 
 mod common;
-use common::{json_file, Scratch};
+use common::{json_file, Scratch, HUDDLE};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn huddle() -> &'static str {
-    env!("CARGO_BIN_EXE_huddle")
-}
-
 fn agent() -> PathBuf {
-    let dir = Path::new(huddle()).parent().expect("binary dir");
+    let dir = Path::new(HUDDLE).parent().expect("binary dir");
     let p = dir.join("libhuddle_agent.so");
     assert!(
         p.is_file(),
@@ -37,7 +33,7 @@ fn detect_scoped(
     scope: Option<&str>,
 ) -> std::process::Output {
     let out = dir.join("m.csv");
-    let mut c = Command::new(huddle());
+    let mut c = Command::new(HUDDLE);
     if let Some(s) = scope {
         c.env("HUDDLE_PERF_SCOPE", s);
     } else {
@@ -94,7 +90,7 @@ fn distant_pairs_scoped(mode: &str, scope: Option<&str>) {
         &d,
         extra,
         &[
-            huddle(),
+            HUDDLE,
             "workload",
             "distant-pairs",
             &flag,
@@ -177,7 +173,7 @@ fn same_checksum(mode: &str) {
     let d = tmp(&format!("checksum-{mode}"));
     let flag = format!("--{mode}");
     let plain = d.join("plain");
-    let o = Command::new(huddle())
+    let o = Command::new(HUDDLE)
         .args([
             "workload",
             "ring",
@@ -196,7 +192,7 @@ fn same_checksum(mode: &str) {
         &d,
         &[],
         &[
-            huddle(),
+            HUDDLE,
             "workload",
             "ring",
             &flag,
@@ -274,7 +270,7 @@ fn agent_keeps_memory_intact_with(saved_by: &str, agent_copy: Option<&str>) {
     };
     // Under a time limit: a helper that waits on itself hangs the program for good.
     let mut c = Command::new("timeout");
-    c.args(["-k", "5", "120"]).arg(huddle());
+    c.args(["-k", "5", "120"]).arg(HUDDLE);
     c.env("HUDDLE_AGENT", lib)
         .env(
             "HUDDLE_AGENT_MOVE",
@@ -353,12 +349,12 @@ fn a_mapping_made_later_is_rearmed() {
 fn sigusr1_pauses_rearming_and_sigusr2_resumes_it() {
     let d = tmp("pause");
     let run = |signals: &[(u64, i32)], name: &str| {
-        let mut c = Command::new(huddle());
+        let mut c = Command::new(HUDDLE);
         c.env("HUDDLE_AGENT", agent())
             .args(["detect", "--rearm-floor", "1000", "--steady-floor", "1000"])
             .arg("--out")
             .arg(d.join(format!("{name}.csv")))
-            .args(["--", huddle(), "workload", "ring", "--threads", "2"])
+            .args(["--", HUDDLE, "workload", "ring", "--threads", "2"])
             .args(["--seconds", "3", "--out-dir"])
             .arg(d.join(name))
             .stdout(std::process::Stdio::null())
@@ -395,12 +391,12 @@ fn sigusr1_pauses_rearming_and_sigusr2_resumes_it() {
 fn the_rearm_rate_drops_with_the_floor_while_the_pattern_holds() {
     let d = tmp("steady-rate");
     let run = |steady: &str| {
-        let o = Command::new(huddle())
+        let o = Command::new(HUDDLE)
             .env("HUDDLE_AGENT", agent())
             .args(["detect", "--rearm-rate", "0.05", "--rearm-floor", "200"])
             .args(["--steady-floor", steady, "--out"])
             .arg(d.join(format!("{steady}.csv")))
-            .args(["--", huddle(), "workload", "ring", "--threads", "2"])
+            .args(["--", HUDDLE, "workload", "ring", "--threads", "2"])
             .args(["--seconds", "4", "--out-dir"])
             .arg(d.join(steady))
             .output()
@@ -440,7 +436,7 @@ fn crashing_target_still_writes_the_matrix_and_passes_its_status_on() {
     let wl_dir = d.join("wl");
     let script = format!(
         "{} workload distant-pairs --processes 4 --seconds 1 --out-dir {} >/dev/null; kill -SEGV $$",
-        huddle(),
+        HUDDLE,
         wl_dir.display()
     );
     let o = detect(&d, &[], &["sh", "-c", &script]);

@@ -5,7 +5,7 @@
 //! (With real MPI ranks on two hosts: tests/node-managers.sh.)
 
 mod common;
-use common::{Scratch, HUDDLE};
+use common::{wait_for, Scratch, HUDDLE};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,17 +81,6 @@ fn daemon_with_rank() -> (Child, u32) {
     (daemon, rank)
 }
 
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if let Some(st) = child.try_wait().unwrap() {
-            return Some(st);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
-}
-
 fn node_json(dir: &Path) -> serde_json::Value {
     std::fs::read_to_string(dir.join("node.json"))
         .ok()
@@ -131,7 +120,7 @@ fn manages_its_hosts_rank_until_it_finalizes_and_cleans_up() {
         "huddle node must run while its rank runs"
     );
     write_board(&board, rank, &host, 2);
-    let st = wait_exit(&mut node, Duration::from_secs(15)).expect("huddle node did not end");
+    let st = wait_for(&mut node, Duration::from_secs(15));
     let out = node.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(st.code(), Some(0), "{err}");

@@ -3,14 +3,14 @@
 //! created beyond the one the user named.
 
 mod common;
-use common::Scratch;
+use common::{Scratch, HUDDLE};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn huddle(args: &[&str]) -> (Output, Duration) {
     let t = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_huddle"))
+    let out = Command::new(HUDDLE)
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -109,7 +109,7 @@ fn tune_msg_and_workload_refuse_bad_output_paths_before_measuring() {
         "cannot write",
         &never,
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_huddle"))
+    let out = Command::new(HUDDLE)
         .args(["tune-msg", "--quick"])
         .env("HUDDLE_MSG_RULES", missing.join("r.json"))
         .stdin(Stdio::null())

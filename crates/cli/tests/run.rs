@@ -2,14 +2,14 @@
 //! permissions, and that a managed program computes the same result.
 
 mod common;
-use common::{json_file, wait_for, Scratch};
+use common::{json_file, wait_for, Scratch, HUDDLE};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn huddle() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_huddle"));
+    let mut c = Command::new(HUDDLE);
     c.stdin(Stdio::null());
     c
 }
@@ -26,7 +26,7 @@ fn managed_workload(run_args: &[&str], report: &Path, workload: &[&str], out: &P
         .args(run_args)
         .arg("--report")
         .arg(report)
-        .args(["--", env!("CARGO_BIN_EXE_huddle"), "workload"])
+        .args(["--", HUDDLE, "workload"])
         .args(workload)
         .arg("--out-dir")
         .arg(out)
@@ -160,7 +160,7 @@ fn a_terminal_gets_a_live_status_line() {
         eprintln!("needs script(1) for a pty");
         return;
     }
-    let cmd = format!("{} run -- sleep 1.2", env!("CARGO_BIN_EXE_huddle"));
+    let cmd = format!("{} run -- sleep 1.2", HUDDLE);
     let out = Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
         .stdin(Stdio::null())
@@ -287,7 +287,7 @@ fn attach_follows_a_process_tree_inside_its_cpus() {
     // The program runs on the last CPU only; huddle on all of them.
     let cpu = *common::own_cpus().last().unwrap();
     let mut target = Command::new("taskset")
-        .args(["-c", &cpu.to_string(), env!("CARGO_BIN_EXE_huddle")])
+        .args(["-c", &cpu.to_string(), HUDDLE])
         .args([
             "workload",
             "ring",
@@ -601,12 +601,7 @@ fn attach_refuses_processes_the_user_may_not_ptrace() {
     }
     // This test process belongs to root; huddle runs as nobody.
     let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            env!("CARGO_BIN_EXE_huddle"),
-        ])
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", HUDDLE])
         .args([
             "attach",
             "--quiet",
@@ -629,7 +624,7 @@ fn report_files_are_private_and_the_result_is_unchanged() {
     let managed = dir.join("managed");
     let workload = |out: &PathBuf| {
         vec![
-            env!("CARGO_BIN_EXE_huddle").to_string(),
+            HUDDLE.to_string(),
             "workload".into(),
             "pairs".into(),
             "--threads".into(),

@@ -203,6 +203,18 @@ impl RuleTable {
         self.to_array().map(|_| ())
     }
 
+    /// The table `huddle launch` uses: `explicit` if given, else the stored one
+    /// ([`default_rules_path`]) if there is one, else the one derived from `m`'s caches.
+    pub fn for_launch(m: &Machine, explicit: Option<&Path>) -> Result<RuleTable, MsgError> {
+        match explicit
+            .map(Path::to_path_buf)
+            .or_else(|| default_rules_path().filter(|p| p.is_file()))
+        {
+            Some(p) => RuleTable::load(&p),
+            None => Ok(RuleTable::from_caches(m)),
+        }
+    }
+
     pub fn load(path: &Path) -> Result<RuleTable, MsgError> {
         let text = inputfile::read_text(path)
             .map_err(|e| MsgError::BadRules(format!("{}: {e}", path.display())))?;

@@ -6,10 +6,14 @@
 
 use crate::coll::{self, Comm};
 use crate::engine::Engine;
-use crate::rules::Rule;
+use crate::launch::{self, Launch};
+use crate::rules::{Class, Rule, RuleTable};
 use crate::MsgError;
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use topology::{Machine, ObjKind};
 
 const TAG: i32 = 77;
 const BATCHES: usize = 5;
@@ -245,6 +249,135 @@ pub fn choose(points: &[Point], base: Rule) -> Rule {
         // Not measured (ping-pong says nothing about both directions at once): kept.
         exchange_single_copy_threshold: base.exchange_single_copy_threshold,
     }
+}
+
+/// The size of the machine's last-level cache (the largest level that names one), past
+/// which copies run from memory.
+pub fn last_level_cache(m: &Machine) -> Option<u64> {
+    [
+        ObjKind::L5,
+        ObjKind::L4,
+        ObjKind::L3,
+        ObjKind::L2,
+        ObjKind::L1,
+    ]
+    .into_iter()
+    .find_map(|k| m.nodes_of(k).find_map(|n| n.cache_size))
+}
+
+/// One rank of a measuring job (started by [`tune_machine`] through its worker command):
+/// measures with the job's other rank and, on rank 0, writes the points to `out` as JSON.
+pub fn run_worker(out: &Path, quick: bool) -> Result<(), MsgError> {
+    let mut e = Engine::from_env()?;
+    let llc = Machine::from_system()
+        .ok()
+        .and_then(|m| last_level_cache(&m));
+    let points = measure(&mut e, &Plan::new(quick, llc))?;
+    if e.rank() == 0 {
+        let text = serde_json::to_string(&points).expect("points serialize");
+        std::fs::write(out, text).map_err(|err| MsgError::Sys("writing the points", err))?;
+    }
+    e.mark_finalized();
+    Ok(())
+}
+
+/// One pair of allowed PUs (logical indexes) for each locality class present on `m`,
+/// classes in order.
+pub fn class_pairs(m: &Machine) -> Vec<(Class, usize, usize)> {
+    let pus: Vec<usize> = m.allowed_pus().collect();
+    let mut out: Vec<(Class, usize, usize)> = Vec::new();
+    for (i, &a) in pus.iter().enumerate() {
+        for &b in &pus[i + 1..] {
+            let c = Class::from_level(m.level(a, b));
+            if !out.iter().any(|x| x.0 == c) {
+                out.push((c, a, b));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What was measured for one class.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measured {
+    /// The locality class.
+    pub class: Class,
+    /// The pair of PUs measured, by OS index.
+    pub pus_os: [u32; 2],
+    /// Every measurement.
+    pub points: Vec<Point>,
+}
+
+/// Measures one pair of PUs of each class present on `m` with a two-rank job each, and
+/// returns the rule table (measured classes from their points, the others from the cache
+/// sizes) with what was measured. `worker(out)` is the program and arguments of a rank
+/// that calls [`run_worker`] with `out`.
+pub fn tune_machine(
+    m: &Machine,
+    quick: bool,
+    worker: &dyn Fn(&Path) -> (OsString, Vec<OsString>),
+) -> Result<(RuleTable, Vec<Measured>), MsgError> {
+    let defaults = RuleTable::from_caches(m);
+    let mut table = defaults.clone();
+    let mut measured = Vec::new();
+    for (class, a, b) in class_pairs(m) {
+        let tmp = std::env::temp_dir().join(format!(
+            "huddle-tune-msg-{}-{}.json",
+            std::process::id(),
+            class.name()
+        ));
+        let (program, args) = worker(&tmp);
+        let outcome = launch::run(Launch {
+            program,
+            args,
+            job: launch::job_spec(m, &[a, b], &defaults)?,
+            grace: Duration::from_secs(5),
+        });
+        // The worker's file goes whatever happened.
+        let text = std::fs::read_to_string(&tmp);
+        let _ = std::fs::remove_file(&tmp);
+        if let Some(f) = outcome?.failure {
+            return Err(MsgError::BadJob(format!(
+                "measuring class {} on PUs {a},{b}: {f}",
+                class.name()
+            )));
+        }
+        let text = text.map_err(|e| MsgError::Sys("reading the worker's points", e))?;
+        let points: Vec<Point> = serde_json::from_str(&text)
+            .map_err(|e| MsgError::BadJob(format!("the worker's points: {e}")))?;
+        table
+            .rules
+            .insert(class, choose(&points, defaults.rules[&class]));
+        measured.push(Measured {
+            class,
+            pus_os: [m.pus[a].os_index, m.pus[b].os_index],
+            points,
+        });
+    }
+    let names: Vec<String> = measured
+        .iter()
+        .map(|x| {
+            format!(
+                "{} on PUs P#{},P#{}",
+                x.class.name(),
+                x.pus_os[0],
+                x.pus_os[1]
+            )
+        })
+        .collect();
+    table.source = "tune-msg".into();
+    table.basis = format!(
+        "measured {} ({}); other classes from cache sizes ({})",
+        if names.is_empty() {
+            "nothing".to_string()
+        } else {
+            names.join(", ")
+        },
+        if quick { "quick plan" } else { "full plan" },
+        defaults.basis
+    );
+    Ok((table, measured))
 }
 
 #[cfg(test)]
