@@ -217,12 +217,10 @@ fn manage(
         bad_input(format!("process {root} (the ranks' parent): not allowed to act on it ({e}); huddle only manages processes its user may ptrace"))
     })?;
     // The ranks' CPUs (their cpuset, or where the launcher bound them), not huddle's.
-    let mut cpus: Vec<u32> = pids
+    let cpus: topology::CpuSet = pids
         .iter()
         .flat_map(|&p| manager::actuate::tree_cpus(p))
         .collect();
-    cpus.sort_unstable();
-    cpus.dedup();
     if cpus.is_empty() {
         return Err(bad_input(format!("ranks {pids:?}: gone already")));
     }
@@ -230,9 +228,7 @@ fn manage(
     // launcher binds ranks): widen it to every CPU of the job on this node and its own, so it
     // does not queue behind the rank that started it.
     let mut own = manager::actuate::get_affinity(std::process::id()).unwrap_or_default();
-    own.extend(&cpus);
-    own.sort_unstable();
-    own.dedup();
+    own.extend(cpus.iter());
     let _ = manager::actuate::set_affinity(std::process::id(), &own);
     // SIMMer's rules read this job's board, not one named by `huddle run`.
     let (target, policy, machine) = crate::run::check(common, Some(&cpus), Some(board_path))?;

@@ -196,7 +196,7 @@ const MAX_PAGE_BUDGET: usize = 1 << 20;
 /// `--policy simmer` reads.
 pub(crate) fn check(
     c: &Common,
-    cpus: Option<&[u32]>,
+    cpus: Option<&topology::CpuSet>,
     board: Option<&std::path::Path>,
 ) -> anyhow::Result<(mapping::Target, Box<dyn manager::policy::Policy>, String)> {
     if !(0.0..100.0).contains(&c.threshold) {
@@ -227,11 +227,11 @@ pub(crate) fn check(
     let mut machine = c.machine.load()?;
     if let Some(cpus) = cpus {
         for pu in &mut machine.pus {
-            pu.allowed = cpus.contains(&pu.os_index);
+            pu.allowed = cpus.contains(pu.os_index);
         }
         if !machine.pus.iter().any(|p| p.allowed) {
             return Err(bad_input(format!(
-                "the program may only run on CPUs {cpus:?}, none of which is in the machine model"
+                "the program may only run on CPUs {cpus}, none of which is in the machine model"
             )));
         }
     }

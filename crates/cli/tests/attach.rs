@@ -81,7 +81,7 @@ impl Drop for Counter {
 /// The CPUs thread `tid` may run on.
 fn mask(tid: u32) -> Vec<usize> {
     let cpus = manager::actuate::get_affinity(tid).expect("sched_getaffinity");
-    cpus.into_iter().map(|c| c as usize).collect()
+    cpus.iter().map(|c| c as usize).collect()
 }
 
 /// How huddle is made to let go.

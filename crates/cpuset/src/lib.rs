@@ -17,7 +17,7 @@ pub struct CpuSetError {
 }
 
 /// A set of CPU OS indexes, ascending.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CpuSet(pub BTreeSet<u32>);
 
 /// NUMA nodes by OS index: the same type, as in hwloc (nodesets are bitmaps too).
@@ -111,6 +111,30 @@ impl CpuSet {
         Ok(CpuSet(set))
     }
 
+    /// The kernel's cpu_set_t layout (sched_setaffinity): bit `c % 64` of word `c / 64`
+    /// for CPU `c`, at least one word.
+    pub fn to_words(&self) -> Vec<u64> {
+        let words = self
+            .0
+            .iter()
+            .next_back()
+            .map_or(1, |&c| c as usize / 64 + 1);
+        let mut m = vec![0u64; words];
+        for &c in &self.0 {
+            m[c as usize / 64] |= 1 << (c % 64);
+        }
+        m
+    }
+
+    /// The set in a kernel cpu_set_t layout (sched_getaffinity), of which the first `bytes`
+    /// bytes are meaningful.
+    pub fn from_words(words: &[u64], bytes: usize) -> CpuSet {
+        let bits = (bytes * 8).min(words.len() * 64) as u32;
+        (0..bits)
+            .filter(|&c| words[c as usize / 64] >> (c % 64) & 1 == 1)
+            .collect()
+    }
+
     /// `0-3,8`.
     pub fn to_list(&self) -> String {
         let mut out: Vec<String> = Vec::new();
@@ -152,9 +176,61 @@ impl CpuSet {
     }
 }
 
+/// The CPUs thread `tid` (0: the calling thread) may run on (sched_getaffinity), or None
+/// when it cannot be read (the thread is gone).
+pub fn affinity(tid: u32) -> Option<CpuSet> {
+    // Large enough for 16 384 CPUs; the kernel fails with EINVAL if its mask is larger.
+    let mut words = vec![0u64; 16_384 / 64];
+    // SAFETY: the buffer is valid for its full length in bytes.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getaffinity,
+            tid as libc::pid_t,
+            words.len() * 8,
+            words.as_mut_ptr(),
+        )
+    };
+    (n > 0).then(|| CpuSet::from_words(&words, n as usize))
+}
+
+/// Restricts thread `tid` (0: the calling thread) to `cpus` (sched_setaffinity); the OS
+/// error as it comes (ESRCH: gone, EPERM: not allowed, EINVAL: none of them usable).
+pub fn set_affinity(tid: u32, cpus: &CpuSet) -> std::io::Result<()> {
+    let words = cpus.to_words();
+    // SAFETY: the mask buffer is valid for its length in bytes.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setaffinity,
+            tid as libc::pid_t,
+            words.len() * 8,
+            words.as_ptr(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 impl FromIterator<u32> for CpuSet {
     fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> CpuSet {
         CpuSet(iter.into_iter().collect())
+    }
+}
+
+impl Extend<u32> for CpuSet {
+    fn extend<I: IntoIterator<Item = u32>>(&mut self, iter: I) {
+        self.0.extend(iter);
+    }
+}
+
+impl IntoIterator for CpuSet {
+    type Item = u32;
+    type IntoIter = std::collections::btree_set::IntoIter<u32>;
+    /// The members, ascending.
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
     }
 }
 
@@ -192,6 +268,11 @@ mod tests {
         assert!(CpuSet::parse_list("9000").is_err());
         assert_eq!(CpuSet::parse_list(" 0-1,\n").unwrap().to_vec(), vec![0, 1]);
         assert!(CpuSet::parse_list("").unwrap().is_empty());
+        let mine = affinity(0).expect("our own mask");
+        assert!(!mine.is_empty());
+        set_affinity(0, &mine).unwrap();
+        assert_eq!(affinity(0), Some(mine));
+        assert!(affinity(u32::MAX >> 1).is_none(), "no such thread");
         let s: CpuSet = [5, 1, 5].into_iter().collect();
         assert_eq!((s.len(), s.to_string()), (2, "1,5".to_string()));
         assert!(CpuSet::parse_mask("xyz").is_err());
@@ -203,7 +284,9 @@ mod tests {
         fn round_trips(cpus in proptest::collection::btree_set(0u32..300, 0..40)) {
             let s = CpuSet(cpus);
             prop_assert_eq!(CpuSet::parse_list(&s.to_list()).unwrap(), s.clone());
-            prop_assert_eq!(CpuSet::parse_mask(&s.to_mask()).unwrap(), s);
+            prop_assert_eq!(CpuSet::parse_mask(&s.to_mask()).unwrap(), s.clone());
+            let words = s.to_words();
+            prop_assert_eq!(CpuSet::from_words(&words, words.len() * 8), s);
         }
     }
 }

@@ -69,7 +69,7 @@ impl Actuator {
             if choice.only_moved && choice.slots[k] == current[k] {
                 continue;
             }
-            let os = [choice.proposed_os[k]];
+            let os = topology::CpuSet::of(&[choice.proposed_os[k]]);
             let result = if task.whole_process {
                 self.ledger.pin_process(task.pid, &os)
             } else {
@@ -250,7 +250,7 @@ mod tests {
             ..tasks[0].clone()
         });
         let (act, os) = pin_all_to(&target, first, &tasks, false);
-        let masks: Vec<Option<Vec<u32>>> = children
+        let masks: Vec<Option<topology::CpuSet>> = children
             .iter()
             .map(|c| actuate::get_affinity(c.id()))
             .collect();
@@ -258,7 +258,7 @@ mod tests {
             c.kill().unwrap();
             c.wait().unwrap();
         }
-        assert_eq!(masks, vec![Some(vec![os]), Some(vec![os])]);
+        assert_eq!(masks, vec![Some(topology::CpuSet::of(&[os])); 2]);
         assert_eq!(act.pinned().len(), 2);
         assert_eq!(act.pinned()[&tasks[0].tid], first);
         assert!(

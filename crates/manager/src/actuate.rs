@@ -1,5 +1,7 @@
 //! Acting on the program: thread affinity and page placement.
 
+use topology::CpuSet;
+
 /// Why pinning a thread did not happen.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PinError {
@@ -10,12 +12,12 @@ pub enum PinError {
     #[error("not permitted to set the affinity of thread {0} (EPERM)")]
     Denied(u32),
     /// The CPUs are outside what the thread's cpuset allows.
-    #[error("CPUs {cpus:?} are not allowed for thread {tid} (EINVAL)")]
+    #[error("CPUs {cpus} are not allowed for thread {tid} (EINVAL)")]
     NotAllowed {
         /// The thread.
         tid: u32,
         /// The CPUs asked for (OS indexes).
-        cpus: Vec<u32>,
+        cpus: CpuSet,
     },
     /// Any other failure of sched_setaffinity(2).
     #[error("sched_setaffinity({tid}): {reason}")]
@@ -27,37 +29,17 @@ pub enum PinError {
     },
 }
 
-fn mask(cpus: &[u32]) -> Vec<u64> {
-    let words = cpus.iter().map(|&c| c as usize / 64 + 1).max().unwrap_or(1);
-    let mut m = vec![0u64; words];
-    for &c in cpus {
-        m[c as usize / 64] |= 1 << (c % 64);
-    }
-    m
-}
-
 /// Restricts one thread to `cpus` (OS indexes). Works for any number of CPUs.
-pub fn set_affinity(tid: u32, cpus: &[u32]) -> Result<(), PinError> {
-    let m = mask(cpus);
-    // SAFETY: the mask buffer is valid for its length in bytes.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_sched_setaffinity,
-            tid as libc::pid_t,
-            m.len() * 8,
-            m.as_ptr(),
-        )
-    };
-    if r == 0 {
+pub fn set_affinity(tid: u32, cpus: &CpuSet) -> Result<(), PinError> {
+    let Err(e) = cpuset::set_affinity(tid, cpus) else {
         return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
+    };
     Err(match e.raw_os_error() {
         Some(libc::ESRCH) => PinError::Gone(tid),
         Some(libc::EPERM) => PinError::Denied(tid),
         Some(libc::EINVAL) => PinError::NotAllowed {
             tid,
-            cpus: cpus.to_vec(),
+            cpus: cpus.clone(),
         },
         _ => PinError::Other {
             tid,
@@ -70,7 +52,7 @@ pub fn set_affinity(tid: u32, cpus: &[u32]) -> Result<(), PinError> {
 /// skipped; one started meanwhile by a thread not yet pinned is caught by listing again.
 /// Gone when the process has no threads left; otherwise the first other error, after every
 /// thread was tried.
-pub fn set_process_affinity(pid: u32, cpus: &[u32]) -> Result<(), PinError> {
+pub fn set_process_affinity(pid: u32, cpus: &CpuSet) -> Result<(), PinError> {
     let mut done: Vec<u32> = Vec::new();
     let mut first_error = None;
     for _ in 0..3 {
@@ -99,38 +81,21 @@ pub fn set_process_affinity(pid: u32, cpus: &[u32]) -> Result<(), PinError> {
 }
 
 /// The CPUs a thread may currently run on (OS indexes), or None if it is gone.
-pub fn get_affinity(tid: u32) -> Option<Vec<u32>> {
-    let mut m = vec![0u64; 16_384 / 64];
-    // SAFETY: the buffer is valid for its length in bytes.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getaffinity,
-            tid as libc::pid_t,
-            m.len() * 8,
-            m.as_mut_ptr(),
-        )
-    };
-    if r <= 0 {
-        return None;
-    }
-    Some(
-        (0..(r as usize * 8) as u32)
-            .filter(|&c| m[c as usize / 64] >> (c % 64) & 1 == 1)
-            .collect(),
-    )
+pub fn get_affinity(tid: u32) -> Option<CpuSet> {
+    cpuset::affinity(tid)
 }
 
 /// The CPUs (OS indexes) any thread of `root` and the processes below it may run on now:
 /// the union of their affinity masks, which the kernel keeps inside each one's cpuset.
 /// Empty if the process is gone.
-pub fn tree_cpus(root: u32) -> Vec<u32> {
-    let mut cpus = std::collections::BTreeSet::new();
+pub fn tree_cpus(root: u32) -> CpuSet {
+    let mut cpus = CpuSet::default();
     for pid in crate::procs::process_tree(root) {
         for tid in crate::procs::threads(pid) {
-            cpus.extend(get_affinity(tid).unwrap_or_default());
+            cpus.0.extend(get_affinity(tid).unwrap_or_default().0);
         }
     }
-    cpus.into_iter().collect()
+    cpus
 }
 
 /// move_pages flag: move pages mapped only by this process (<linux/mempolicy.h>).
@@ -234,9 +199,9 @@ mod tests {
     fn pins_a_thread_and_reads_it_back() {
         let me = tid();
         let before = get_affinity(me).unwrap();
-        let cpu = before[0];
-        set_affinity(me, &[cpu]).unwrap();
-        assert_eq!(get_affinity(me).unwrap(), vec![cpu]);
+        let cpu = before.to_vec()[0];
+        set_affinity(me, &topology::CpuSet::of(&[cpu])).unwrap();
+        assert_eq!(get_affinity(me).unwrap(), topology::CpuSet::of(&[cpu]));
         set_affinity(me, &before).unwrap();
         assert_eq!(get_affinity(me).unwrap(), before);
     }
@@ -268,9 +233,10 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let threads = crate::procs::threads(pid);
-        let cpu = get_affinity(pid).unwrap()[0];
-        let pinned = set_process_affinity(pid, &[cpu]);
-        let masks: Vec<Option<Vec<u32>>> = threads.iter().map(|&t| get_affinity(t)).collect();
+        let cpu = get_affinity(pid).unwrap().to_vec()[0];
+        let pinned = set_process_affinity(pid, &CpuSet::of(&[cpu]));
+        let masks: Vec<Option<topology::CpuSet>> =
+            threads.iter().map(|&t| get_affinity(t)).collect();
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(
@@ -279,9 +245,12 @@ mod tests {
         );
         pinned.unwrap();
         for (t, m) in threads.iter().zip(&masks) {
-            assert_eq!(m.as_deref(), Some(&[cpu][..]), "thread {t} pinned");
+            assert_eq!(m.as_ref(), Some(&CpuSet::of(&[cpu])), "thread {t} pinned");
         }
-        assert_eq!(set_process_affinity(pid, &[cpu]), Err(PinError::Gone(pid)));
+        assert_eq!(
+            set_process_affinity(pid, &CpuSet::of(&[cpu])),
+            Err(PinError::Gone(pid))
+        );
     }
 
     #[test]
@@ -289,10 +258,13 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
-        assert_eq!(set_affinity(pid, &[0]), Err(PinError::Gone(pid)));
+        assert_eq!(
+            set_affinity(pid, &topology::CpuSet::of(&[0])),
+            Err(PinError::Gone(pid))
+        );
         // A CPU far beyond this machine.
         assert!(matches!(
-            set_affinity(tid(), &[16_000]),
+            set_affinity(tid(), &topology::CpuSet::of(&[16_000])),
             Err(PinError::NotAllowed { .. })
         ));
         assert_eq!(get_affinity(pid), None);

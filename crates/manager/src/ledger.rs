@@ -11,6 +11,7 @@
 use crate::actuate::{self, PinError};
 use crate::procs;
 use std::collections::{BTreeSet, HashMap};
+use topology::CpuSet;
 
 /// What was changed, and what was there before.
 #[derive(Debug)]
@@ -18,11 +19,11 @@ pub struct Ledger {
     /// The attached process; 0 when the program is huddle's own (`huddle run`).
     root: u32,
     /// Every thread of the program when huddle attached: tid -> (pid, mask).
-    initial: HashMap<u32, (u32, Vec<u32>)>,
+    initial: HashMap<u32, (u32, CpuSet)>,
     /// Threads huddle pinned: tid -> the mask before huddle's first change.
-    before: HashMap<u32, Vec<u32>>,
+    before: HashMap<u32, CpuSet>,
     /// Every mask huddle set.
-    applied: BTreeSet<Vec<u32>>,
+    applied: BTreeSet<CpuSet>,
     /// Put back already (explicitly, or never to be: a launched program).
     settled: bool,
 }
@@ -42,7 +43,7 @@ impl Ledger {
         Ledger::new(0, HashMap::new(), true)
     }
 
-    fn new(root: u32, initial: HashMap<u32, (u32, Vec<u32>)>, settled: bool) -> Ledger {
+    fn new(root: u32, initial: HashMap<u32, (u32, CpuSet)>, settled: bool) -> Ledger {
         Ledger {
             root,
             initial,
@@ -73,7 +74,7 @@ impl Ledger {
 
     /// The mask a thread of `pid` should get back when it holds one huddle set without
     /// huddle having set it (it inherited it).
-    fn fallback(&self, pid: u32) -> Option<Vec<u32>> {
+    fn fallback(&self, pid: u32) -> Option<CpuSet> {
         self.initial
             .get(&pid)
             .or_else(|| self.initial.get(&self.root))
@@ -103,7 +104,7 @@ impl Ledger {
     }
 
     /// Pins thread `tid` of process `pid` to `cpus`, remembering its mask before.
-    pub fn pin_thread(&mut self, pid: u32, tid: u32, cpus: &[u32]) -> Result<(), PinError> {
+    pub fn pin_thread(&mut self, pid: u32, tid: u32, cpus: &CpuSet) -> Result<(), PinError> {
         let first = !self.before.contains_key(&tid);
         self.remember(pid, tid);
         if let Err(e) = actuate::set_affinity(tid, cpus) {
@@ -113,13 +114,13 @@ impl Ledger {
             }
             return Err(e);
         }
-        self.applied.insert(cpus.to_vec());
+        self.applied.insert(cpus.clone());
         Ok(())
     }
 
     /// Pins every thread of process `pid` to `cpus`, as [`actuate::set_process_affinity`]
     /// does, remembering each thread's mask before.
-    pub fn pin_process(&mut self, pid: u32, cpus: &[u32]) -> Result<(), PinError> {
+    pub fn pin_process(&mut self, pid: u32, cpus: &CpuSet) -> Result<(), PinError> {
         let mut done: Vec<u32> = Vec::new();
         let mut first_error = None;
         for _ in 0..3 {
@@ -155,7 +156,7 @@ impl Ledger {
             return out;
         }
         self.settled = true;
-        let put = |tid: u32, now: &[u32], to: &[u32], out: &mut Restored| {
+        let put = |tid: u32, now: &CpuSet, to: &CpuSet, out: &mut Restored| {
             if now == to {
                 return;
             }
@@ -204,7 +205,7 @@ mod tests {
 
     /// The CPUs this process may use; the tests need two.
     fn two_cpus() -> Option<(u32, u32)> {
-        let mine = actuate::get_affinity(std::process::id())?;
+        let mine = actuate::get_affinity(std::process::id())?.to_vec();
         (mine.len() >= 2).then(|| (mine[0], mine[1]))
     }
 
@@ -244,19 +245,31 @@ mod tests {
         let kids = children(sh.0.id(), 2);
         let (p, q) = (kids[0], kids[1]);
         // One with the whole mask, one the program itself pinned to b.
-        actuate::set_affinity(q, &[b]).unwrap();
+        actuate::set_affinity(q, &topology::CpuSet::of(&[b])).unwrap();
         let whole = actuate::get_affinity(p).unwrap();
         let mut ledger = Ledger::attached(sh.0.id());
-        ledger.pin_thread(p, p, &[a]).unwrap();
-        ledger.pin_thread(p, p, &[b]).unwrap();
-        ledger.pin_thread(q, q, &[a]).unwrap();
-        assert_eq!(actuate::get_affinity(p).unwrap(), vec![b]);
+        ledger
+            .pin_thread(p, p, &topology::CpuSet::of(&[a]))
+            .unwrap();
+        ledger
+            .pin_thread(p, p, &topology::CpuSet::of(&[b]))
+            .unwrap();
+        ledger
+            .pin_thread(q, q, &topology::CpuSet::of(&[a]))
+            .unwrap();
+        assert_eq!(
+            actuate::get_affinity(p).unwrap(),
+            topology::CpuSet::of(&[b])
+        );
         assert_eq!(ledger.changed(), 2);
         let r = ledger.restore();
         assert_eq!(r.threads, 2, "{r:?}");
         assert!(r.failures.is_empty(), "{r:?}");
         assert_eq!(actuate::get_affinity(p).unwrap(), whole);
-        assert_eq!(actuate::get_affinity(q).unwrap(), vec![b]);
+        assert_eq!(
+            actuate::get_affinity(q).unwrap(),
+            topology::CpuSet::of(&[b])
+        );
         // Once only.
         assert_eq!(ledger.restore(), Restored::default());
         for k in kids {
@@ -272,7 +285,9 @@ mod tests {
         let before = actuate::get_affinity(kid).unwrap();
         let mut ledger = Ledger::attached(sh.0.id());
         // No such CPU: the kernel refuses the mask.
-        assert!(ledger.pin_thread(kid, kid, &[8000]).is_err());
+        assert!(ledger
+            .pin_thread(kid, kid, &topology::CpuSet::of(&[8000]))
+            .is_err());
         assert_eq!(ledger.changed(), 0);
         assert_eq!(ledger.restore(), Restored::default());
         assert_eq!(actuate::get_affinity(kid).unwrap(), before);
@@ -291,11 +306,16 @@ mod tests {
         let p = Kill(Command::new("sleep").arg("30").spawn().unwrap());
         let id = p.0.id();
         let mut ledger = Ledger::attached(id);
-        ledger.pin_thread(id, id, &[a]).unwrap();
+        ledger
+            .pin_thread(id, id, &topology::CpuSet::of(&[a]))
+            .unwrap();
         // The program moves itself to both CPUs, a mask huddle never set.
-        actuate::set_affinity(id, &[a, b]).unwrap();
+        actuate::set_affinity(id, &topology::CpuSet::of(&[a, b])).unwrap();
         assert_eq!(ledger.restore().threads, 0);
-        assert_eq!(actuate::get_affinity(id).unwrap(), vec![a, b]);
+        assert_eq!(
+            actuate::get_affinity(id).unwrap(),
+            topology::CpuSet::of(&[a, b])
+        );
     }
 
     #[test]
@@ -310,7 +330,7 @@ mod tests {
         let whole = actuate::get_affinity(id).unwrap();
         assert!(whole.len() >= 2);
         let mut ledger = Ledger::attached(id);
-        ledger.pin_process(id, &[a]).unwrap();
+        ledger.pin_process(id, &topology::CpuSet::of(&[a])).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let children: Vec<u32> = procs::process_tree(id)
             .into_iter()
@@ -334,8 +354,13 @@ mod tests {
         let p = spawn("sleep 30");
         let id = p.0.id();
         let mut ledger = Ledger::launched();
-        ledger.pin_thread(id, id, &[a]).unwrap();
+        ledger
+            .pin_thread(id, id, &topology::CpuSet::of(&[a]))
+            .unwrap();
         drop(ledger);
-        assert_eq!(actuate::get_affinity(id).unwrap(), vec![a]);
+        assert_eq!(
+            actuate::get_affinity(id).unwrap(),
+            topology::CpuSet::of(&[a])
+        );
     }
 }

@@ -400,7 +400,7 @@ mod tests {
         for by_signal in [false, true] {
             let mut obs = Fixed::new(sleepers(3), CommMatrix::zeros(3));
             let ids: Vec<u32> = obs.children.iter().map(Child::id).collect();
-            let before: Vec<Vec<u32>> = ids
+            let before: Vec<topology::CpuSet> = ids
                 .iter()
                 .map(|&id| actuate::get_affinity(id).unwrap())
                 .collect();
@@ -509,7 +509,7 @@ mod tests {
         let mut cfg = comm_config(0.5);
         cfg.policy = crate::policy::parse("static:compact", 1, None).unwrap();
         let data = manage(&mut obs, &target, cfg);
-        let masks: Vec<Option<Vec<u32>>> = obs
+        let masks: Vec<Option<topology::CpuSet>> = obs
             .children
             .iter()
             .map(|c| actuate::get_affinity(c.id()))
@@ -594,7 +594,7 @@ mod tests {
     /// machine node 1 does not exist and those moves fail; they are counted, not fatal.
     #[test]
     fn moved_threads_take_their_pages_along() {
-        if actuate::get_affinity(0).is_some_and(|m| !m.contains(&1)) {
+        if actuate::get_affinity(0).is_some_and(|m| !m.contains(1)) {
             eprintln!("needs CPUs 0 and 1");
             return;
         }
@@ -610,7 +610,7 @@ mod tests {
             .collect();
         std::thread::sleep(std::time::Duration::from_millis(300));
         for (k, c) in children.iter().enumerate() {
-            actuate::set_affinity(c.id(), &[(k / 2) as u32]).unwrap();
+            actuate::set_affinity(c.id(), &topology::CpuSet::of(&[(k / 2) as u32])).unwrap();
         }
         let mut m = CommMatrix::zeros(4);
         for (a, b) in [(0, 2), (1, 3)] {
@@ -674,7 +674,7 @@ mod tests {
         let children = sleepers(4);
         // Worst start: partners (0,2) and (1,3) on different PUs.
         for (k, c) in children.iter().enumerate() {
-            actuate::set_affinity(c.id(), &[pus[k / 2]]).unwrap();
+            actuate::set_affinity(c.id(), &topology::CpuSet::of(&[pus[k / 2]])).unwrap();
         }
         let mut m = CommMatrix::zeros(4);
         for (a, b) in [(0, 2), (1, 3)] {

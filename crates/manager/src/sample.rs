@@ -108,7 +108,7 @@ impl Sampler {
             let mut mask: Vec<usize> = crate::actuate::get_affinity(task.tid)
                 .unwrap_or_default()
                 .iter()
-                .filter_map(|os| self.os_to_slot.get(os).copied())
+                .filter_map(|os| self.os_to_slot.get(&os).copied())
                 .collect();
             // Where /proc says it ran last; failing that, somewhere it may run.
             let here = stat
@@ -178,7 +178,7 @@ mod tests {
         let worker = std::thread::spawn(move || {
             let mut task = me();
             task.comm = "worker".into();
-            crate::actuate::set_affinity(task.tid, &[os]).unwrap();
+            crate::actuate::set_affinity(task.tid, &topology::CpuSet::of(&[os])).unwrap();
             tx.send(task).unwrap();
             done_rx.recv().unwrap();
         });

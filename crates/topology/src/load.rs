@@ -32,14 +32,13 @@ impl Machine {
     pub fn from_system() -> Result<Machine, TopologyError> {
         let topo = Topology::new().map_err(|e| TopologyError::Discovery(e.to_string()))?;
         let mut m = extract(&topo, Source::System);
-        let affinity = affinity_mask();
+        let affinity = cpuset::affinity(0);
         let allowed_by_hwloc = topo.allowed_cpuset();
         for pu in &mut m.pus {
-            let os = pu.os_index as usize;
             let in_mask = affinity
                 .as_ref()
-                .is_none_or(|mask| mask.get(os).copied().unwrap_or(false));
-            pu.allowed = in_mask && allowed_by_hwloc.is_set(os);
+                .is_none_or(|mask| mask.contains(pu.os_index));
+            pu.allowed = in_mask && allowed_by_hwloc.is_set(pu.os_index as usize);
         }
         m.cpu_quota = cgroup_cpu_quota();
         Ok(m)
@@ -195,29 +194,6 @@ fn check_synthetic(desc: &str) -> Result<(), TopologyError> {
         }
     }
     Ok(())
-}
-
-/// This thread's affinity mask as a bool per OS CPU index, or None if it can't be read.
-fn affinity_mask() -> Option<Vec<bool>> {
-    // Large enough for 16 384 CPUs; the kernel fails with EINVAL if its mask is larger.
-    let mut words = vec![0u64; 16_384 / 64];
-    // SAFETY: the buffer is valid for its full length in bytes.
-    let n = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getaffinity,
-            0,
-            words.len() * 8,
-            words.as_mut_ptr(),
-        )
-    };
-    if n <= 0 {
-        return None;
-    }
-    Some(
-        (0..words.len() * 64)
-            .map(|i| words[i / 64] >> (i % 64) & 1 == 1)
-            .collect(),
-    )
 }
 
 /// The tightest cgroup v2 CPU quota on this process's cgroup path, in CPUs.
