@@ -4,10 +4,12 @@
 use crate::exit::{bad_input, start_error};
 use detect::document::{self, Document, Snapshot};
 use detect::{AgentConfig, Config, Granularity, Session, Target};
-use manager::mpi::{MpiTraffic, SourceMode};
+use manager::mpi::SourceMode;
+use manager::observe::Detected;
+use manager::observer::Observer;
+use manager::run::{wait_interval, Ownership};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 #[command(
@@ -78,45 +80,29 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
-type Mpi = Option<(MpiTraffic, SourceMode)>;
+/// The matrix over session rows `rows`, merged with the MPI ranks' traffic where there is
+/// any (symmetric), each cell's source and each row's MPI rank (MPI programs only).
+fn merged(d: &Detected, rows: &[usize]) -> Merged {
+    let (matrix, _) = d.snapshot_of(rows);
+    Merged {
+        matrix: matrix.symmetrized(),
+        cell_sources: d.cell_sources_of(rows),
+        row_mpi_ranks: d.mpi.as_ref().map(|_| d.mpi_ranks_of(rows)),
+    }
+}
 
-/// The matrix over some session rows, and for MPI programs each cell's source and each
-/// row's MPI rank.
+/// What [`merged`] gives.
 struct Merged {
     matrix: matrix::CommMatrix,
     cell_sources: Option<Vec<Vec<&'static str>>>,
     row_mpi_ranks: Option<Vec<Option<usize>>>,
 }
 
-/// The matrix over session rows `rows`, merged with the MPI ranks' traffic where there is any.
-fn merged(s: &Session, rows: &[usize], mpi: &Mpi) -> Merged {
-    let faults = s.matrix_of(rows);
-    let Some((m, mode)) = mpi else {
-        return Merged {
-            matrix: faults,
-            cell_sources: None,
-            row_mpi_ranks: None,
-        };
-    };
-    let tasks = manager::observe::task_infos(s, rows);
-    let (procs, ranks) = m.ranks();
-    let (matrix, src) = manager::mpi::merge(&faults, &tasks, procs, &ranks, *mode);
-    // The fault matrix is symmetric; the ranks' bytes are per direction.
-    let names = manager::mpi::symmetric_sources(&src)
-        .iter()
-        .map(|r| r.iter().map(|c| c.name()).collect())
-        .collect();
-    Merged {
-        matrix: matrix.symmetrized(),
-        cell_sources: Some(names),
-        row_mpi_ranks: Some(manager::mpi::rank_threads(&tasks, procs)),
-    }
-}
-
 /// `rows` plus the rows of the ranks' MPI threads (whose traffic page faults may not show).
-fn with_rank_threads(s: &Session, mut rows: Vec<usize>, mpi: &Mpi) -> Vec<usize> {
-    let Some((m, _)) = mpi else { return rows };
+fn with_rank_threads(d: &Detected, mut rows: Vec<usize>) -> Vec<usize> {
+    let Some((m, _)) = &d.mpi else { return rows };
     let procs = m.ranks().0;
+    let s = &d.session;
     let whole = s.granularity() == Granularity::Process;
     for (i, t) in s.tasks().iter().enumerate() {
         let mpi = procs.iter().any(|p| p.is_mpi(t.pid, t.tid, whole));
@@ -244,7 +230,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
         e
     };
-    let mut mpi = crate::agent::mpi_setup(
+    let mpi = crate::agent::mpi_setup(
         args.source.as_deref(),
         program,
         args.block_size,
@@ -263,73 +249,61 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         program: program.clone(),
         args: rest.to_vec(),
     };
-    let mut s = Session::start(target, &cfg)
+    let s = Session::start(target, &cfg)
         .map_err(start_error)
         .map_err(discard)?;
     for src in s.sources().iter().filter(|x| !x.active) {
         eprintln!("huddle: {}: {}", src.name, src.note);
     }
+    let mut d = Detected {
+        session: s,
+        spawned: true,
+        mpi,
+    };
     // Ctrl-C reaches the target through the terminal and we stay to write the matrix;
-    // signals sent to huddle alone are passed on.
+    // signals sent to huddle alone are passed on. The wait is the manager's (one interval,
+    // events drained as they come, signals and pauses handled), without its decisions.
     detect::signals::install_forwarding();
-    let started = Instant::now();
-    let period = Duration::from_millis(args.interval_ms);
-    let mut next_snap = period;
     let mut snaps = Vec::new();
     let min_share = if args.all_tasks { 0.0 } else { args.min_share };
     let exit = loop {
-        s.wait(Duration::from_millis(100).min(period));
-        s.poll();
-        if let Some((m, _)) = &mut mpi {
-            m.update();
-        }
-        let sig = detect::signals::take_forward();
-        if sig != 0 {
-            s.signal(sig);
-        }
-        if let Some(paused) = detect::signals::take_pause() {
-            s.set_paused(paused);
-        }
-        if started.elapsed() >= next_snap {
-            next_snap += period;
-            snaps.push(snapshot(
-                &s,
-                &mpi,
-                min_share,
-                snaps.len(),
-                args.snapshots.as_deref(),
-            )?);
-        }
-        if let Some(e) = s.try_wait() {
+        let (_, ended, _) = wait_interval(&mut d, Ownership::Launched, args.interval_ms);
+        // The exit the wait reaped is the session's to give, with its shell status.
+        if let (Some(_), Some(e)) = (ended, d.session.try_wait()) {
             break e;
         }
+        snaps.push(snapshot(
+            &d,
+            min_share,
+            snaps.len(),
+            args.snapshots.as_deref(),
+        )?);
     };
     // Everything still buffered, including records held back for ordering.
-    s.flush();
-    if let Some((m, _)) = &mut mpi {
-        m.update();
+    d.flush();
+    if let Some((m, _)) = &d.mpi {
         // Named by us, so the agent leaves it for a reader: nobody reads it after the run.
         let _ = std::fs::remove_file(m.path());
     }
     snaps.push(snapshot(
-        &s,
-        &mpi,
+        &d,
         min_share,
         snaps.len(),
         args.snapshots.as_deref(),
     )?);
+    let s = &d.session;
     let rows = if args.all_tasks {
         (0..s.tasks().len())
             .filter(|&i| !s.tasks()[i].agent)
             .collect()
     } else {
-        with_rank_threads(&s, s.active_tasks(min_share), &mpi)
+        with_rank_threads(&d, s.active_tasks(min_share))
     };
     let Merged {
         matrix: m,
         cell_sources,
         row_mpi_ranks,
-    } = merged(&s, &rows, &mpi);
+    } = merged(&d, &rows);
     let tasks = s.tasks();
     write(&args.out, &m.to_csv())?;
     write(
@@ -382,7 +356,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             stats.perf_lost, stats.agent_dropped
         );
     }
-    if let Some((m, _)) = &mpi {
+    if let Some((m, _)) = &d.mpi {
         let (ranks, bytes) = m.seen();
         if ranks == 0 {
             eprintln!(
@@ -416,18 +390,18 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 }
 
 fn snapshot(
-    s: &Session,
-    mpi: &Mpi,
+    d: &Detected,
     min_share: f64,
     n: usize,
     dir: Option<&Path>,
 ) -> anyhow::Result<Snapshot> {
-    let rows = with_rank_threads(s, s.active_tasks(min_share), mpi);
+    let s = &d.session;
+    let rows = with_rank_threads(d, s.active_tasks(min_share));
     let Merged {
         matrix: m,
         cell_sources,
         ..
-    } = merged(s, &rows, mpi);
+    } = merged(d, &rows);
     if let Some(d) = dir {
         write(&d.join(format!("snapshot-{n:04}.csv")), &m.to_csv())?;
     }

@@ -177,9 +177,11 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
 
 /// Waits out one interval of `interval_ms`, draining events after every slice (a slice ends
 /// early when a buffer fills, and lasts at most 100 ms so that exits and signals are handled
-/// promptly). Returns the events processed, the program's exit if it ended, and the signal
-/// that tells huddle to let an attached program go (0: none).
-fn wait_interval(
+/// promptly), passing signals on (launched) or taking the order to let go (attached), and
+/// pausing or resuming the extra faults on SIGUSR1/SIGUSR2. Returns the events processed,
+/// the program's exit if it ended, and the signal that tells huddle to let an attached
+/// program go (0: none). `huddle detect` waits with it too.
+pub fn wait_interval(
     obs: &mut dyn Observer,
     ownership: Ownership,
     interval_ms: u64,
