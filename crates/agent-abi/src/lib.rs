@@ -3,10 +3,12 @@
 //!
 //! - [`ring`]: the shared-memory ring file through which the agent reports faults and
 //!   counters, and through which the detector hands it its re-arm floor;
-//! - [`env`](mod@env): the `HUDDLE_AGENT_*` variables that configure the agent.
+//! - [`env`](mod@env): the `HUDDLE_AGENT_*` variables that configure the agent;
+//! - [`maps`]: lines of /proc/PID/maps, parsed without allocating, as both read them.
 
 #![warn(missing_docs)]
 
+pub mod maps;
 pub mod ring;
 
 /// The environment variables the agent reads (the detector sets them: `detect::agent_env`).

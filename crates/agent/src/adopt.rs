@@ -38,7 +38,7 @@ pub unsafe fn adopt_file_data(maps_fd: c_int, buf: &mut [u8]) -> u64 {
     let mut todo = [(0u64, 0u64); MAX_ADOPT];
     let mut n = 0;
     for line in buf[..len].split(|&c| c == b'\n') {
-        match maps::parse(line) {
+        match agent_abi::maps::parse_line(line) {
             Some(m) if n < MAX_ADOPT && maps::adoptable(&m) => {
                 todo[n] = (m.start, m.end);
                 n += 1;

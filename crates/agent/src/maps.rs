@@ -1,66 +1,7 @@
-//! Lines of /proc/self/maps, and which mappings the agent may re-arm or adopt. Pure: no
-//! system calls, so that the rules are unit-tested.
+//! Which mappings of /proc/self/maps (parsed by `agent_abi::maps`) the agent may re-arm or
+//! adopt. Pure: no system calls, so that the rules are unit-tested.
 
-/// One line of /proc/self/maps.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Mapping<'a> {
-    pub start: u64,
-    pub end: u64,
-    pub read: bool,
-    pub write: bool,
-    pub exec: bool,
-    pub shared: bool,
-    /// Backed by a file (inode not 0).
-    pub file: bool,
-    /// The path column: a file, `[heap]`, `[stack]`, `[anon:name]`, or empty.
-    pub path: &'a [u8],
-}
-
-/// Parses `start-end perms offset dev inode [path]`; None for anything else.
-pub fn parse(line: &[u8]) -> Option<Mapping<'_>> {
-    let mut fields = line.split(|&c| c == b' ').filter(|f| !f.is_empty());
-    let (range, perms, _offset, _dev, inode) = (
-        fields.next()?,
-        fields.next()?,
-        fields.next()?,
-        fields.next()?,
-        fields.next()?,
-    );
-    // The path is the rest of the line after the inode (it may hold spaces).
-    let path = match fields.next() {
-        Some(first) => {
-            let at = first.as_ptr() as usize - line.as_ptr() as usize;
-            &line[at..]
-        }
-        None => b"",
-    };
-    let dash = range.iter().position(|&c| c == b'-')?;
-    let (start, end) = (parse_hex(&range[..dash])?, parse_hex(&range[dash + 1..])?);
-    if perms.len() < 4 || start >= end || inode.iter().any(|c| !c.is_ascii_digit()) {
-        return None;
-    }
-    Some(Mapping {
-        start,
-        end,
-        read: perms[0] == b'r',
-        write: perms[1] == b'w',
-        exec: perms[2] == b'x',
-        shared: perms[3] == b's',
-        file: inode != b"0",
-        path,
-    })
-}
-
-/// Hexadecimal without a prefix, at most 16 digits.
-pub fn parse_hex(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || s.len() > 16 {
-        return None;
-    }
-    s.iter().try_fold(0u64, |v, &c| {
-        let d = (c as char).to_digit(16)?;
-        Some(v << 4 | d as u64)
-    })
-}
+use agent_abi::maps::MapsLine;
 
 /// The agent's own file as the loader opened it (set once at start, see [`note_own_path`]):
 /// a copy under another name is still itself.
@@ -135,12 +76,12 @@ pub struct Classifier {
 
 impl Classifier {
     /// `private_ok`: the agent has a userfaultfd (and the program has not taken over).
-    pub fn classify(&mut self, m: &Mapping, private_ok: bool) -> Use {
+    pub fn classify(&mut self, m: &MapsLine, private_ok: bool) -> Use {
         // .bss (and .lbss, Fortran COMMON) is the anonymous mapping right after an object's
         // last file mapping; only that of a critical object stays out.
         let critical_bss = m.start == self.prev_end && self.prev_critical_file;
         self.prev_end = m.end;
-        self.prev_critical_file = m.file && agent_critical(m.path);
+        self.prev_critical_file = m.file() && agent_critical(m.path);
         if !m.read || !m.write || m.exec {
             return Use::Never;
         }
@@ -154,7 +95,7 @@ impl Classifier {
         // Anonymous: no path, the heap, or a name given with PR_SET_VMA_ANON_NAME. Not
         // [stack] (grows down, and a fault below it must extend it, not reach us) nor
         // [vvar]/[vdso] and the like.
-        let anon = !m.file
+        let anon = !m.file()
             && (m.path.is_empty() || m.path == b"[heap]" || m.path.starts_with(b"[anon:"))
             && !m.path.starts_with(OWN_NAME);
         if private_ok && anon && !critical_bss {
@@ -171,8 +112,8 @@ pub const ADOPT_MAX: u64 = 64 << 20;
 /// Whether a file-backed private writable mapping (an object's `.data`, a MAP_PRIVATE file)
 /// is to be replaced by an anonymous copy at start, so that the userfaultfd, which takes
 /// anonymous memory only, can re-arm it.
-pub fn adoptable(m: &Mapping) -> bool {
-    m.file
+pub fn adoptable(m: &MapsLine) -> bool {
+    m.file()
         && m.read
         && m.write
         && !m.exec
@@ -189,36 +130,13 @@ mod tests {
     fn classify_all(text: &str, private_ok: bool) -> Vec<Use> {
         let mut c = Classifier::default();
         text.lines()
-            .map(|l| c.classify(&parse(l.as_bytes()).unwrap(), private_ok))
+            .map(|l| {
+                c.classify(
+                    &agent_abi::maps::parse_line(l.as_bytes()).unwrap(),
+                    private_ok,
+                )
+            })
             .collect()
-    }
-
-    #[test]
-    fn parses_a_line_with_a_path_holding_spaces() {
-        let m =
-            parse(b"7f00a000-7f00c000 rw-p 00002000 08:01 1234   /opt/my app/lib x.so").unwrap();
-        assert_eq!((m.start, m.end), (0x7f00a000, 0x7f00c000));
-        assert!(m.read && m.write && !m.exec && !m.shared && m.file);
-        assert_eq!(m.path, b"/opt/my app/lib x.so");
-        let a = parse(b"55d0c000-55d2d000 rw-p 00000000 00:00 0").unwrap();
-        assert!(!a.file && a.path.is_empty());
-    }
-
-    #[test]
-    fn rejects_malformed_lines() {
-        for bad in [
-            "",
-            "garbage",
-            "7f00a000 rw-p 0 08:01 1",
-            "7f00c000-7f00a000 rw-p 0 08:01 1",
-            "7f00a000-7f00c000 rw 0 08:01 1",
-            "7f00a000-7f00cxyz rw-p 0 08:01 1",
-            "7f00a000-7f00c000 rw-p 0 08:01",
-            "7f00a000-7f00c000 rw-p 0 08:01 12a",
-            "11112222333344445-7f00c000 rw-p 0 08:01 1",
-        ] {
-            assert_eq!(parse(bad.as_bytes()), None, "{bad:?}");
-        }
     }
 
     #[test]
@@ -272,7 +190,7 @@ mod tests {
 
     #[test]
     fn adopts_program_data_but_not_critical_objects() {
-        let ok = |l: &str| adoptable(&parse(l.as_bytes()).unwrap());
+        let ok = |l: &str| adoptable(&agent_abi::maps::parse_line(l.as_bytes()).unwrap());
         assert!(ok(
             "55e000001000-55e000002000 rw-p 00003000 08:01 100 /usr/bin/solver"
         ));

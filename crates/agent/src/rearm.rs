@@ -160,7 +160,7 @@ pub(super) unsafe fn scan_maps(st: &mut State, view: &RingView, whole: bool) -> 
             .iter()
             .position(|&c| c == b'\n')
             .map_or(len, |i| pos + i);
-        let parsed = maps::parse(&st.maps_buf[pos..line_end]);
+        let parsed = agent_abi::maps::parse_line(&st.maps_buf[pos..line_end]);
         pos = line_end + 1;
         let Some(m) = parsed else { continue };
         let (start, end) = (m.start, m.end);

@@ -46,27 +46,18 @@ pub fn parse(text: &str) -> Vec<Vma> {
 }
 
 fn parse_line(line: &str) -> Option<Vma> {
-    let mut f = line.split_ascii_whitespace();
-    let (s, e) = f.next()?.split_once('-')?;
-    let perms = f.next()?.as_bytes();
-    let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-    let (maj, min) = f.next()?.split_once(':')?;
-    let inode = f.next()?.parse().ok()?;
-    let path = f.collect::<Vec<_>>().join(" ");
-    if perms.len() < 4 {
-        return None;
-    }
+    let l = agent_abi::maps::parse_line(line.as_bytes())?;
     Some(Vma {
-        start: u64::from_str_radix(s, 16).ok()?,
-        end: u64::from_str_radix(e, 16).ok()?,
-        read: perms[0] == b'r',
-        write: perms[1] == b'w',
-        exec: perms[2] == b'x',
-        shared: perms[3] == b's',
-        offset,
-        dev: (u64::from_str_radix(maj, 16).ok()? << 32) | u64::from_str_radix(min, 16).ok()?,
-        inode,
-        path,
+        start: l.start,
+        end: l.end,
+        read: l.read,
+        write: l.write,
+        exec: l.exec,
+        shared: l.shared,
+        offset: l.offset,
+        dev: l.dev,
+        inode: l.inode,
+        path: String::from_utf8_lossy(l.path).into_owned(),
     })
 }
 

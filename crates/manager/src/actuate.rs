@@ -48,11 +48,19 @@ pub fn set_affinity(tid: u32, cpus: &CpuSet) -> Result<(), PinError> {
     })
 }
 
-/// Restricts every thread of process `pid` to `cpus`. Threads that exit meanwhile are
-/// skipped; one started meanwhile by a thread not yet pinned is caught by listing again.
-/// Gone when the process has no threads left; otherwise the first other error, after every
-/// thread was tried.
+/// Restricts every thread of process `pid` to `cpus` (see [`for_each_thread`]).
 pub fn set_process_affinity(pid: u32, cpus: &CpuSet) -> Result<(), PinError> {
+    for_each_thread(pid, |tid| set_affinity(tid, cpus))
+}
+
+/// Calls `pin` on every thread of process `pid`. Threads that exit meanwhile are skipped;
+/// one started meanwhile by a thread not yet pinned is caught by listing again. Gone when
+/// the process has no threads left; otherwise the first other error, after every thread
+/// was tried.
+pub fn for_each_thread(
+    pid: u32,
+    mut pin: impl FnMut(u32) -> Result<(), PinError>,
+) -> Result<(), PinError> {
     let mut done: Vec<u32> = Vec::new();
     let mut first_error = None;
     for _ in 0..3 {
@@ -64,7 +72,7 @@ pub fn set_process_affinity(pid: u32, cpus: &CpuSet) -> Result<(), PinError> {
             break;
         }
         for tid in todo {
-            match set_affinity(tid, cpus) {
+            match pin(tid) {
                 Ok(()) | Err(PinError::Gone(_)) => {}
                 Err(e) => {
                     first_error.get_or_insert(e);

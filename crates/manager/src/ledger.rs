@@ -121,31 +121,7 @@ impl Ledger {
     /// Pins every thread of process `pid` to `cpus`, as [`actuate::set_process_affinity`]
     /// does, remembering each thread's mask before.
     pub fn pin_process(&mut self, pid: u32, cpus: &CpuSet) -> Result<(), PinError> {
-        let mut done: Vec<u32> = Vec::new();
-        let mut first_error = None;
-        for _ in 0..3 {
-            let todo: Vec<u32> = procs::threads(pid)
-                .into_iter()
-                .filter(|t| !done.contains(t))
-                .collect();
-            if todo.is_empty() {
-                break;
-            }
-            for tid in todo {
-                match self.pin_thread(pid, tid, cpus) {
-                    Ok(()) | Err(PinError::Gone(_)) => {}
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-                done.push(tid);
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None if done.is_empty() => Err(PinError::Gone(pid)),
-            None => Ok(()),
-        }
+        actuate::for_each_thread(pid, |tid| self.pin_thread(pid, tid, cpus))
     }
 
     /// Puts back every mask huddle changed in an attached program (see the module
