@@ -62,11 +62,15 @@ pub fn parse_line(line: &[u8]) -> Option<MapsLine<'_>> {
     let (start, end) = (parse_hex(&range[..dash])?, parse_hex(&range[dash + 1..])?);
     let colon = dev.iter().position(|&c| c == b':')?;
     let dev = parse_hex(&dev[..colon])? << 32 | parse_hex(&dev[colon + 1..])?;
-    if perms.len() < 4 || start >= end || inode.is_empty() || inode.len() > 19 {
+    if perms.len() < 4 || start >= end || inode.is_empty() {
         return None;
     }
+    // Decimal, any u64 (the kernel prints the full inode number).
     let inode = inode.iter().try_fold(0u64, |v, &c| {
-        c.is_ascii_digit().then(|| v * 10 + (c - b'0') as u64)
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v.checked_mul(10)?.checked_add((c - b'0') as u64)
     })?;
     Some(MapsLine {
         start,
@@ -129,6 +133,9 @@ mod tests {
         ] {
             assert_eq!(parse_line(bad.as_bytes()), None, "{bad:?}");
         }
+        let big = parse_line(b"1000-2000 rw-p 0 00:2c 18446744073709551615 /x").unwrap();
+        assert_eq!(big.inode, u64::MAX);
+        assert!(parse_line(b"1000-2000 rw-p 0 00:2c 18446744073709551616 /x").is_none());
         assert_eq!(parse_hex(b"ff"), Some(255));
         assert_eq!(parse_hex(b"10000000000000000"), None);
     }

@@ -54,8 +54,15 @@ impl CpuSet {
         self.iter().collect()
     }
 
-    /// Parses `0-3,8` (empty text or whitespace is the empty set).
+    /// Parses `0-3,8` (empty text or whitespace is the empty set); CPU numbers up to 8191,
+    /// the kernel's own limit (larger ones are taken for typos).
     pub fn parse_list(text: &str) -> Result<CpuSet, CpuSetError> {
+        CpuSet::parse_index_list(text, MAX_CPU)
+    }
+
+    /// [`CpuSet::parse_list`] for indexes of other kinds (logical PUs, cores, NUMA nodes of a
+    /// model), each at most `max`.
+    pub fn parse_index_list(text: &str, max: u32) -> Result<CpuSet, CpuSetError> {
         let err = |reason: &str| CpuSetError {
             text: text.to_string(),
             reason: reason.to_string(),
@@ -64,8 +71,8 @@ impl CpuSet {
         for part in text.trim().split(',').filter(|p| !p.trim().is_empty()) {
             let num = |s: &str| -> Result<u32, CpuSetError> {
                 let v: u32 = s.trim().parse().map_err(|_| err("not a number"))?;
-                if v > MAX_CPU {
-                    return Err(err("number too large (over 8191)"));
+                if v > max {
+                    return Err(err(&format!("number too large (over {max})")));
                 }
                 Ok(v)
             };
@@ -266,6 +273,11 @@ mod tests {
         assert!(CpuSet::parse_list("3-1").is_err());
         assert!(CpuSet::parse_list("1,x").is_err());
         assert!(CpuSet::parse_list("9000").is_err());
+        assert_eq!(
+            CpuSet::parse_index_list("9000-9001", 65_535).unwrap().len(),
+            2
+        );
+        assert!(CpuSet::parse_index_list("70000", 65_535).is_err());
         assert_eq!(CpuSet::parse_list(" 0-1,\n").unwrap().to_vec(), vec![0, 1]);
         assert!(CpuSet::parse_list("").unwrap().is_empty());
         let mine = affinity(0).expect("our own mask");

@@ -231,7 +231,10 @@ impl Observer for Detected {
     }
 
     fn alive(&self) -> bool {
-        // SAFETY: kill with signal 0 only checks existence.
-        self.spawned || unsafe { libc::kill(self.session.pid(), 0) } == 0
+        // SAFETY: kill with signal 0 only checks existence. EPERM: there, under another user
+        // since an exec of a setuid program; only ESRCH means gone.
+        self.spawned
+            || unsafe { libc::kill(self.session.pid(), 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
     }
 }

@@ -137,16 +137,15 @@ impl Recorder {
         format!("huddle: {tasks} tasks, {events_per_s:.0} events/s, {remap}")
     }
 
-    /// Everything the report needs, once the loop is over: the observer's last snapshot
-    /// (after a flush), each task's CPU time from the sampler, and the summary.
+    /// Everything the report needs, once the loop is over and the observer flushed: its
+    /// last snapshot, each task's CPU time from the sampler, and the summary.
     pub fn finish(
-        mut self,
+        self,
         obs: &mut dyn Observer,
         sampler: &Sampler,
         exit: Option<Exit>,
         closing: Closing,
     ) -> RunData {
-        self.events += obs.flush();
         let (matrix, tasks) = obs.snapshot();
         let mpi_ranks = obs.mpi_ranks();
         let duration = self.elapsed();

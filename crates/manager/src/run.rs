@@ -154,6 +154,9 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
             Stop::Signal(s) => format!("huddle got {}", detect::signals::name(s)),
         });
     }
+    // Everything still buffered, the board's last bytes included, before the policy
+    // finishes (SIMMer removes the board it named).
+    record.count_events(obs.flush());
     decider.policy.finish();
     let closing = Closing {
         command: cfg.command,

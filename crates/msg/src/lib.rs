@@ -35,4 +35,7 @@ pub enum MsgError {
         program: String,
         source: std::io::Error,
     },
+    /// Measuring for the rule table went wrong (a measuring job, or its points file).
+    #[error("tune-msg: {0}")]
+    Tune(String),
 }

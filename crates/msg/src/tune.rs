@@ -275,7 +275,8 @@ pub fn run_worker(out: &Path, quick: bool) -> Result<(), MsgError> {
     let points = measure(&mut e, &Plan::new(quick, llc))?;
     if e.rank() == 0 {
         let text = serde_json::to_string(&points).expect("points serialize");
-        std::fs::write(out, text).map_err(|err| MsgError::Sys("writing the points", err))?;
+        std::fs::write(out, text)
+            .map_err(|err| MsgError::Tune(format!("{}: {err}", out.display())))?;
     }
     e.mark_finalized();
     Ok(())
@@ -338,14 +339,15 @@ pub fn tune_machine(
         let text = std::fs::read_to_string(&tmp);
         let _ = std::fs::remove_file(&tmp);
         if let Some(f) = outcome?.failure {
-            return Err(MsgError::BadJob(format!(
+            return Err(MsgError::Tune(format!(
                 "measuring class {} on PUs {a},{b}: {f}",
                 class.name()
             )));
         }
-        let text = text.map_err(|e| MsgError::Sys("reading the worker's points", e))?;
+        let text = text
+            .map_err(|e| MsgError::Tune(format!("the worker's points, {}: {e}", tmp.display())))?;
         let points: Vec<Point> = serde_json::from_str(&text)
-            .map_err(|e| MsgError::BadJob(format!("the worker's points: {e}")))?;
+            .map_err(|e| MsgError::Tune(format!("the worker's points: {e}")))?;
         table
             .rules
             .insert(class, choose(&points, defaults.rules[&class]));

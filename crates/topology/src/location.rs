@@ -143,18 +143,21 @@ fn indexes(spec: &str, count: usize) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
-/// `N` or `N-M` (or a list of them), through the one list parser.
+/// `N` or `N-M` (or a list of them) of logical indexes, through the one list parser; a
+/// model has at most MAX_PUS PUs, so no index of it is larger.
 fn list(item: &str) -> Result<CpuSet, String> {
     if item.trim().is_empty() {
         return Err("an empty index".into());
     }
-    CpuSet::parse_list(item).map_err(|e| format!("'{item}': {}", e.reason))
+    CpuSet::parse_index_list(item, crate::MAX_PUS as u32)
+        .map_err(|e| format!("'{item}': {}", e.reason))
 }
 
 /// `0-3,8`: PU OS indexes, as taskset and numactl write them.
 fn os_list(m: &Machine, spec: &str) -> Result<Vec<usize>, String> {
+    let cpus = CpuSet::parse_list(spec).map_err(|e| format!("'{spec}': {}", e.reason))?;
     let mut out = Vec::new();
-    for os in list(spec)?.iter() {
+    for os in cpus.iter() {
         let pu = m
             .pu_by_os(os)
             .ok_or_else(|| format!("no PU with OS index {os} on this machine"))?;
@@ -162,4 +165,23 @@ fn os_list(m: &Machine, spec: &str) -> Result<Vec<usize>, String> {
     }
     out.sort_unstable();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logical_indexes_go_past_the_kernels_cpu_limit() {
+        // Logical indexes of a model of 10 000 objects: past 8191, the limit of CPU
+        // numbers, which OS lists keep.
+        assert_eq!(indexes("9000-9001,odd", 10_000).unwrap()[..2], [9000, 9001]);
+        assert!(indexes("9999", 10_000).is_ok());
+        assert!(indexes("10000", 10_000)
+            .unwrap_err()
+            .contains("out of range"));
+        assert!(indexes("70000", 80_000).unwrap_err().contains("too large"));
+        assert!(list("9000").is_ok());
+        assert!(CpuSet::parse_list("9000").is_err());
+    }
 }
