@@ -203,7 +203,12 @@ pub fn affinity(tid: u32) -> Option<CpuSet> {
 /// Restricts thread `tid` (0: the calling thread) to `cpus` (sched_setaffinity); the OS
 /// error as it comes (ESRCH: gone, EPERM: not allowed, EINVAL: none of them usable).
 pub fn set_affinity(tid: u32, cpus: &CpuSet) -> std::io::Result<()> {
-    let words = cpus.to_words();
+    set_affinity_words(tid, &cpus.to_words())
+}
+
+/// [`set_affinity`] with the mask already in the kernel's layout ([`CpuSet::to_words`]): no
+/// allocation, for a forked child of a threaded process.
+pub fn set_affinity_words(tid: u32, words: &[u64]) -> std::io::Result<()> {
     // SAFETY: the mask buffer is valid for its length in bytes.
     let r = unsafe {
         libc::syscall(

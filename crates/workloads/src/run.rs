@@ -123,14 +123,15 @@ fn check(spec: &Spec, layout: &Layout) -> Result<(), WorkloadError> {
                 spec.tasks
             )));
         }
-        let limit = libc::CPU_SETSIZE as u32;
+        // The kernel's own limit (NR_CPUS at most 8192); masks are sized to fit.
+        let limit = 8192;
         for (t, cpus) in pin.iter().enumerate() {
             if cpus.is_empty() {
                 return Err(WorkloadError::Pin(format!("task {t} has no CPU")));
             }
             if let Some(c) = cpus.iter().find(|&&c| c >= limit) {
                 return Err(WorkloadError::Pin(format!(
-                    "CPU {c} of task {t} is beyond the {limit} CPUs Linux affinity masks hold"
+                    "CPU {c} of task {t} is beyond the {limit} CPUs Linux supports"
                 )));
             }
         }

@@ -48,7 +48,9 @@ pub struct Plan {
     seen: Vec<u64>,
     /// Where each phase's entries start in `seen`.
     seen_base: Vec<usize>,
-    pin: Option<libc::cpu_set_t>,
+    /// The affinity mask to take, in the kernel's layout (made here: the task may run in a
+    /// forked child, which must not allocate).
+    pin: Option<Vec<u64>>,
 }
 
 impl Plan {
@@ -69,18 +71,7 @@ impl Plan {
             outgoing.push(out);
             incoming.push(inc);
         }
-        let pin = pin.map(|cpus| {
-            // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and the
-            // caller checked every index against CPU_SETSIZE.
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_ZERO(&mut set);
-                for &c in cpus {
-                    libc::CPU_SET(c as usize, &mut set);
-                }
-                set
-            }
-        });
+        let pin = pin.map(|cpus| cpuset::CpuSet::of(cpus).to_words());
         Plan {
             task,
             outgoing,
@@ -172,11 +163,9 @@ pub fn run_task(sh: &Shared, plan: &mut Plan) -> u64 {
     let c = sh.control;
     set_name(t);
     c.tid(t).store(gettid(), Ordering::Release);
-    if let Some(set) = &plan.pin {
-        // SAFETY: set is a valid cpu_set_t; pid 0 is the calling thread.
-        let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
-        if r != 0 {
-            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as u64;
+    if let Some(words) = &plan.pin {
+        if let Err(e) = cpuset::set_affinity_words(0, words) {
+            let errno = e.raw_os_error().unwrap_or(0) as u64;
             c.status(t)
                 .store(shm::STATUS_PIN_FAILED + errno, Ordering::Release);
             c.abort();
