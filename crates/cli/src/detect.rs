@@ -266,18 +266,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     detect::signals::install_forwarding();
     let mut snaps = Vec::new();
     let min_share = if args.all_tasks { 0.0 } else { args.min_share };
+    let snap_dir = args.snapshots.as_deref();
     let exit = loop {
         let (_, ended, _) = wait_interval(&mut d, Ownership::Launched, args.interval_ms);
         // The exit the wait reaped is the session's to give, with its shell status.
         if let (Some(_), Some(e)) = (ended, d.session.try_wait()) {
             break e;
         }
-        snaps.push(snapshot(
-            &d,
-            min_share,
-            snaps.len(),
-            args.snapshots.as_deref(),
-        )?);
+        snaps.push(snapshot(&d, min_share, snaps.len(), snap_dir)?);
     };
     // Everything still buffered, including records held back for ordering.
     d.flush();
@@ -285,12 +281,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         // Named by us, so the agent leaves it for a reader: nobody reads it after the run.
         let _ = std::fs::remove_file(m.path());
     }
-    snaps.push(snapshot(
-        &d,
-        min_share,
-        snaps.len(),
-        args.snapshots.as_deref(),
-    )?);
+    snaps.push(snapshot(&d, min_share, snaps.len(), snap_dir)?);
     let s = &d.session;
     let rows = if args.all_tasks {
         (0..s.tasks().len())
