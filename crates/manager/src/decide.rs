@@ -11,15 +11,22 @@ use std::collections::HashMap;
 /// Default for [`Decider`]'s `min_traffic`: communication (matrix total over live tasks)
 /// required before the first decision, since the first faults are mostly first-touch
 /// initialisation, not the program's pattern.
-pub const DEFAULT_MIN_TRAFFIC: f64 = 64.0;
+pub const DEFAULT_MIN_TRAFFIC: f64 = 32.0;
 /// ... and at least this much per mapped task: with less, chance decides which of equally
 /// strong links look weakest. pipeline x8 threads, 8 runs each, alternating (2026-11-25):
 /// at 18 per task the first remap came at 1.02-1.13 s, one of them wrong (two chain links cut)
 /// and never mended; at 12, at 0.73-0.92 s, three wrong and all mended by 1.82 s (first
 /// correct remap: median 0.87 s). A wrong early remap still beats floating (about 3.5 links
-/// cut on average), so acting sooner wins. (The mapper's own share of wrong cuts was mended in
-/// crates/mapping/src/drb.rs: its bisection grew from the heaviest stage.)
-pub const MIN_TRAFFIC_PER_TASK: f64 = 12.0;
+/// cut on average), and the controller's confirmation interval guards each move, so acting
+/// sooner wins. 12 and 64 against 6 and 32 (2026-11-26): bench/manager's threads patterns, 5
+/// runs each, first correct remap (median) pairs 0.81 -> 0.51 s, ring 0.82 -> 0.52, distant
+/// pairs 0.82 -> 0.51, pipeline 0.81 -> 0.52 (two of five first remaps wrong at 6, none at
+/// 12; all five mended); the real layouts (bench/layouts' first_remap, 3 alternating
+/// rounds, 8 s): halo x4 4.16/3.81 s and one run with none -> 2.91/2.01/2.86 s, halo x8
+/// 7.41/6.71 s and one with none -> 4.61/3.76/3.21 s, pipeline x8 2.01/2.21 s and one with
+/// none -> 0.90/1.01/2.39 s (the last after a wrong first remap at 1.01 s). A halo edge gives
+/// about 10 events a second once found, so the minimum, not the agent, set its first remap.
+pub const MIN_TRAFFIC_PER_TASK: f64 = 6.0;
 
 /// The live tasks as the decision sees them, all in the same order.
 pub struct Live<'a> {
@@ -366,7 +373,7 @@ mod tests {
             current: &[0, 1, 2, 3],
             masks: &masks,
         };
-        // 20 events < max(64, 12 per task).
+        // 10 events < max(32, 6 per task).
         assert_eq!(comm().decide(0.1, &target, &live), Outcome::Filling);
     }
 
