@@ -10,7 +10,7 @@ use matrix::CommMatrix;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
-use topology::{parse_location, Machine};
+use topology::{parse_location, LogicalPu, Machine};
 
 #[derive(clap::Args)]
 #[command(
@@ -79,7 +79,7 @@ pub fn placement(
         return Err(bad_input(format!("-n {n}: must be 1..{MAX_RANKS}")));
     }
     if !bind.is_empty() {
-        let pool: Vec<usize> = if bind.len() == 1 {
+        let pool: Vec<LogicalPu> = if bind.len() == 1 {
             parse_location(m, &bind[0]).map_err(bad_input)?
         } else {
             bind.iter()
@@ -95,7 +95,7 @@ pub fn placement(
         if pool.is_empty() {
             return Err(bad_input("--bind selects no PU"));
         }
-        return Ok((0..n).map(|i| pool[i % pool.len()]).collect());
+        return Ok((0..n).map(|i| pool[i % pool.len()].0).collect());
     }
     let algorithm = Algorithm::parse(map).map_err(bad_input)?;
     let matrix = match matrix {

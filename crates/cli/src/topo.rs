@@ -28,7 +28,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let m = args.machine.load()?;
     if let Some(loc) = &args.resolve {
         let pus = topology::parse_location(&m, loc).map_err(bad_input)?;
-        let os: Vec<u32> = pus.iter().map(|&p| m.pus[p].os_index).collect();
+        let os: Vec<u32> = pus.iter().map(|&p| m.os_cpu(p).0).collect();
         if args.json {
             println!(
                 "{}",

@@ -95,13 +95,13 @@ fn parse_pin(list: &str) -> anyhow::Result<Vec<Vec<u32>>> {
         if pus.is_empty() {
             return Err(bad_input(format!("--pin, task {t}: '{loc}' names no CPU")));
         }
-        if let Some(&p) = pus.iter().find(|&&p| !m.pus[p].allowed) {
+        if let Some(&p) = pus.iter().find(|&&p| !m.pu(p).allowed) {
             return Err(bad_input(format!(
                 "--pin, task {t}: CPU {} is not available to this process",
-                m.pus[p].os_index
+                m.os_cpu(p)
             )));
         }
-        out.push(pus.iter().map(|&p| m.pus[p].os_index).collect());
+        out.push(pus.iter().map(|&p| m.os_cpu(p).0).collect());
     }
     Ok(out)
 }

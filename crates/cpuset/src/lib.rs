@@ -16,6 +16,27 @@ pub struct CpuSetError {
     pub reason: String,
 }
 
+/// One CPU by its OS index: the kernel's CPU number (`taskset -c`, sched_setaffinity,
+/// /proc/PID/stat's processor). A type of its own so that a slot or an hwloc logical index
+/// cannot be pinned to by mistake; `topology::Machine::os_cpu` and `mapping::Target::os_cpu`
+/// are where the other index spaces turn into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OsCpu(pub u32);
+
+impl std::fmt::Display for OsCpu {
+    /// The bare number, as the kernel writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl From<OsCpu> for CpuSet {
+    /// The set of that one CPU (a mask that pins).
+    fn from(cpu: OsCpu) -> CpuSet {
+        CpuSet::of(&[cpu.0])
+    }
+}
+
 /// A set of CPU OS indexes, ascending.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CpuSet(pub BTreeSet<u32>);
@@ -42,6 +63,11 @@ impl CpuSet {
 
     pub fn contains(&self, cpu: u32) -> bool {
         self.0.contains(&cpu)
+    }
+
+    /// The members as [`OsCpu`]s, ascending.
+    pub fn cpus(&self) -> impl DoubleEndedIterator<Item = OsCpu> + '_ {
+        self.iter().map(OsCpu)
     }
 
     /// The members, ascending.

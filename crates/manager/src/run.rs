@@ -668,10 +668,7 @@ mod tests {
     #[test]
     fn moves_partners_together_and_records_it() {
         let machine = Machine::from_system().unwrap();
-        let pus: Vec<u32> = machine
-            .allowed_pus()
-            .map(|p| machine.pus[p].os_index)
-            .collect();
+        let pus: Vec<u32> = machine.allowed_pus().map(|p| machine.os_cpu(p).0).collect();
         if pus.len() < 2 {
             panic!("needs two PUs (the test machine has two): pinning is what this tests");
         }

@@ -46,7 +46,7 @@ impl Target {
         let mut keep = vec![false; self.allowed.len()];
         for (node, m) in self.cluster.machines.iter().enumerate() {
             for pu in topology::parse_location(m, location)? {
-                keep[self.cluster.global(node, pu)] = true;
+                keep[self.cluster.global(node, pu.0)] = true;
             }
         }
         for (a, k) in self.allowed.iter_mut().zip(keep) {

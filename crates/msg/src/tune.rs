@@ -285,7 +285,7 @@ pub fn run_worker(out: &Path, quick: bool) -> Result<(), MsgError> {
 /// One pair of allowed PUs (logical indexes) for each locality class present on `m`,
 /// classes in order.
 pub fn class_pairs(m: &Machine) -> Vec<(Class, usize, usize)> {
-    let pus: Vec<usize> = m.allowed_pus().collect();
+    let pus: Vec<usize> = m.allowed_pus().map(|p| p.0).collect();
     let mut out: Vec<(Class, usize, usize)> = Vec::new();
     for (i, &a) in pus.iter().enumerate() {
         for &b in &pus[i + 1..] {

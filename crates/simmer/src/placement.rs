@@ -57,7 +57,7 @@ pub enum PlacementError {
 
 /// The emulated nodes: lists of PU logical indexes.
 pub fn nodes(machine: &Machine, count: usize) -> Result<Vec<Vec<usize>>, PlacementError> {
-    let pus: Vec<usize> = machine.allowed_pus().collect();
+    let pus: Vec<usize> = machine.allowed_pus().map(|p| p.0).collect();
     if count == 0 || count > pus.len() {
         return Err(PlacementError::BadNodes(count, pus.len()));
     }
@@ -88,7 +88,7 @@ pub fn place(
     if ranks == 0 {
         return Err(PlacementError::NoRanks);
     }
-    let pus: Vec<usize> = machine.allowed_pus().collect();
+    let pus: Vec<usize> = machine.allowed_pus().map(|p| p.0).collect();
     let nodes = nodes(machine, node_count)?;
     let g = nodes.len();
     let in_node = |node: usize, k: usize| nodes[node][k % nodes[node].len()];

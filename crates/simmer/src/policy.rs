@@ -25,7 +25,7 @@ use crate::board::{BoardSnapshot, RankSlot, SlotState};
 use crate::protocol::ProtocolLoad;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use topology::Machine;
+use topology::{Machine, OsCpu};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Thresholds {
@@ -139,12 +139,14 @@ impl ProtocolView {
     pub fn from_load(load: &ProtocolLoad, machine: &Machine) -> ProtocolView {
         let mut share = vec![0.0; machine.num_pus()];
         for c in &load.cpus {
-            if let Some(pu) = machine.pu_by_os(c.cpu) {
+            if let Some(pu) = machine.pu_by_os(OsCpu(c.cpu)).map(|p| p.0) {
                 share[pu] = c.protocol_share;
             }
         }
         ProtocolView {
-            core: load.protocol_cpu.and_then(|c| machine.pu_by_os(c)),
+            core: load
+                .protocol_cpu
+                .and_then(|c| machine.pu_by_os(OsCpu(c)).map(|p| p.0)),
             confidence: load.confidence,
             share,
         }
@@ -177,7 +179,7 @@ impl<'a> Input<'a> {
             .filter(|r| r.alive && r.state == SlotState::Running)
             .filter_map(|r| {
                 let p = prev.rank(r.rank)?;
-                let pu = machine.pu_by_os(r.cpu)?;
+                let pu = machine.pu_by_os(OsCpu(r.cpu))?.0;
                 Some(RankWindow::between(p, r, pu))
             })
             .collect();
@@ -419,6 +421,7 @@ fn out_of_sync(
         let free = input
             .machine
             .allowed_pus()
+            .map(|p| p.0)
             .filter(|&u| ranks_on(input, u).next().is_none())
             .map(|u| (u, capability(input, u)))
             .filter(|&(_, c)| c > capability(input, weak.pu) + t.capability_gap)
@@ -427,6 +430,7 @@ fn out_of_sync(
             input
                 .machine
                 .allowed_pus()
+                .map(|p| p.0)
                 .filter(|&u| u != s.pu && u != p.pu)
                 .max_by(|&a, &b| capability(input, a).total_cmp(&capability(input, b)))
         });
@@ -541,11 +545,15 @@ fn cache_locality(
     );
     let action = if t.prefer_steering && input.can_steer && !used.contains(&PROTOCOL) {
         // Bring the protocol processing next to the rank instead: the nearest other PU.
-        match m.allowed_pus().filter(|&u| u != c.pu).min_by(|&a, &b| {
-            m.distance(a, c.pu)
-                .total_cmp(&m.distance(b, c.pu))
-                .then(a.cmp(&b))
-        }) {
+        match m
+            .allowed_pus()
+            .map(|p| p.0)
+            .filter(|&u| u != c.pu)
+            .min_by(|&a, &b| {
+                m.distance(a, c.pu)
+                    .total_cmp(&m.distance(b, c.pu))
+                    .then(a.cmp(&b))
+            }) {
             Some(u) if m.distance(u, c.pu) < dc => Action::SteerProtocol { to_pu: u },
             _ => Action::swap(c.rank, d.rank),
         }

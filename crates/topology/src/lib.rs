@@ -16,7 +16,7 @@ mod load;
 mod location;
 
 pub use cluster::Cluster;
-pub use cpuset::{CpuSet, CpuSetError, NodeSet};
+pub use cpuset::{CpuSet, CpuSetError, NodeSet, OsCpu};
 pub use load::{Source, MAX_PUS};
 pub use location::parse_location;
 
@@ -295,6 +295,13 @@ pub struct Node {
     pub numa: Vec<u32>,
 }
 
+/// A PU of one machine by hwloc's logical index, which is also its index in
+/// [`Machine::pus`]. Its own type so that it is not taken for a cluster-wide slot
+/// (`mapping::Slot`) or a kernel CPU number ([`OsCpu`]): [`Machine::os_cpu`] and
+/// [`Machine::pu_by_os`] convert between it and OS indexes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogicalPu(pub usize);
+
 /// One processing unit (hardware thread), with the logical index of each enclosing object.
 #[derive(Clone, Debug, Serialize)]
 pub struct Pu {
@@ -347,16 +354,35 @@ impl Machine {
         self.pus.len()
     }
 
-    /// Logical indexes of PUs this process may use.
-    pub fn allowed_pus(&self) -> impl Iterator<Item = usize> + '_ {
+    /// The PUs this process may use, in logical order.
+    pub fn allowed_pus(&self) -> impl Iterator<Item = LogicalPu> + '_ {
         self.pus
             .iter()
             .enumerate()
             .filter(|(_, p)| p.allowed)
-            .map(|(i, _)| i)
+            .map(|(i, _)| LogicalPu(i))
     }
 
-    /// The finest level two PUs (by logical index) share. Panics if an index is out of range:
+    /// The model of a PU. Panics if it is out of range.
+    pub fn pu(&self, pu: LogicalPu) -> &Pu {
+        &self.pus[pu.0]
+    }
+
+    /// The kernel's CPU number of a PU. Panics if it is out of range.
+    pub fn os_cpu(&self, pu: LogicalPu) -> OsCpu {
+        OsCpu(self.pus[pu.0].os_index)
+    }
+
+    /// The PU with this OS index, if the model has one.
+    pub fn pu_by_os(&self, os: OsCpu) -> Option<LogicalPu> {
+        self.pus
+            .iter()
+            .position(|p| p.os_index == os.0)
+            .map(LogicalPu)
+    }
+
+    /// The finest level two PUs share, by bare logical index (a [`LogicalPu`]'s number: the
+    /// cost model's inner loops ask this of every pair). Panics if an index is out of range:
     /// indexes come from the model itself.
     pub fn level(&self, a: usize, b: usize) -> Level {
         if a == b {
@@ -392,14 +418,10 @@ impl Machine {
         }
     }
 
-    /// Communication cost between two PUs (logical indexes) under this model's level costs.
+    /// Communication cost between two PUs (bare logical indexes, as [`Machine::level`]) under
+    /// this model's level costs.
     pub fn distance(&self, a: usize, b: usize) -> f64 {
         self.costs.get(self.level(a, b))
-    }
-
-    /// Logical index of the PU with this OS index.
-    pub fn pu_by_os(&self, os_index: u32) -> Option<usize> {
-        self.pus.iter().position(|p| p.os_index == os_index)
     }
 
     /// Number of tree nodes of each kind, plus NUMA nodes.

@@ -15,7 +15,7 @@
 //! ```
 //! e.g. `pu:0-3`, `core:2`, `package:1.core:0`, `numa:0.core:odd`, `all ~core:0`.
 
-use crate::{CpuSet, Machine, ObjKind, TopologyError};
+use crate::{CpuSet, LogicalPu, Machine, ObjKind, OsCpu, TopologyError};
 
 enum Target {
     Kind(ObjKind),
@@ -40,8 +40,8 @@ fn target_of(name: &str) -> Option<Target> {
     }))
 }
 
-/// Resolves a location string to PU logical indexes (sorted, no duplicates).
-pub fn parse_location(machine: &Machine, location: &str) -> Result<Vec<usize>, TopologyError> {
+/// Resolves a location string to the PUs it selects (ascending, no duplicates).
+pub fn parse_location(machine: &Machine, location: &str) -> Result<Vec<LogicalPu>, TopologyError> {
     let bad = |reason: String| TopologyError::BadLocation {
         location: location.to_string(),
         reason,
@@ -64,7 +64,10 @@ pub fn parse_location(machine: &Machine, location: &str) -> Result<Vec<usize>, T
     if !any {
         return Err(bad("empty location".into()));
     }
-    let out: Vec<usize> = (0..selected.len()).filter(|&i| selected[i]).collect();
+    let out: Vec<LogicalPu> = (0..selected.len())
+        .filter(|&i| selected[i])
+        .map(LogicalPu)
+        .collect();
     if out.is_empty() {
         return Err(bad("selects no PU".into()));
     }
@@ -159,9 +162,9 @@ fn os_list(m: &Machine, spec: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();
     for os in cpus.iter() {
         let pu = m
-            .pu_by_os(os)
+            .pu_by_os(OsCpu(os))
             .ok_or_else(|| format!("no PU with OS index {os} on this machine"))?;
-        out.push(pu);
+        out.push(pu.0);
     }
     out.sort_unstable();
     Ok(out)

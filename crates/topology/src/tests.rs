@@ -126,7 +126,13 @@ use std::path::PathBuf;
 #[test]
 fn locations_resolve_like_hwloc_calc() {
     let m = synth("pack:2 l3:2 core:4 pu:2");
-    let loc = |s: &str| parse_location(&m, s).unwrap();
+    let loc = |s: &str| -> Vec<usize> {
+        parse_location(&m, s)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.0)
+            .collect()
+    };
     assert_eq!(loc("pu:0-3"), vec![0, 1, 2, 3]);
     assert_eq!(loc("core:2"), vec![4, 5]);
     assert_eq!(loc("package:1.core:0"), vec![16, 17]);

@@ -20,7 +20,7 @@ proptest! {
     fn locations_from_any_text(text in "\\PC{0,80}") {
         let m = machine();
         match parse_location(&m, &text) {
-            Ok(pus) => prop_assert!(pus.iter().all(|&p| p < m.num_pus())),
+            Ok(pus) => prop_assert!(pus.iter().all(|&p| p.0 < m.num_pus())),
             Err(e) => one_line(e.to_string()),
         }
     }
@@ -30,7 +30,7 @@ proptest! {
         let m = machine();
         match parse_location(&m, &text) {
             Ok(pus) => {
-                prop_assert!(pus.iter().all(|&p| p < m.num_pus()));
+                prop_assert!(pus.iter().all(|&p| p.0 < m.num_pus()));
                 prop_assert!(pus.windows(2).all(|w| w[0] < w[1]), "sorted, no duplicates");
             }
             Err(e) => one_line(e.to_string()),

@@ -122,7 +122,7 @@ fn locations_resolve_as_hwloc_calc_does() {
         let m = Machine::from_xml(&file).unwrap();
         for loc in locations {
             let ours = parse_location(&m, loc).ok().map(|pus| {
-                let mut os: Vec<u32> = pus.iter().map(|&p| m.pus[p].os_index).collect();
+                let mut os: Vec<u32> = pus.iter().map(|&p| m.os_cpu(p).0).collect();
                 os.sort_unstable();
                 os
             });
