@@ -207,3 +207,18 @@ fn dies_and_groups_are_never_farther_than_what_holds_them() {
         }
     }
 }
+
+#[test]
+fn logical_pus_convert_to_kernel_cpus_and_back() {
+    let mut m = synth("pack:2 core:2 pu:1");
+    for (pu, os) in m.pus.iter_mut().zip([0, 2, 1, 3]) {
+        pu.os_index = os;
+    }
+    assert_eq!(m.os_cpu(LogicalPu(1)), OsCpu(2));
+    assert_eq!(m.pu_by_os(OsCpu(2)), Some(LogicalPu(1)));
+    assert_eq!(m.pu_by_os(OsCpu(7)), None);
+    assert_eq!(
+        m.allowed_pus().collect::<Vec<_>>(),
+        (0..4).map(LogicalPu).collect::<Vec<_>>()
+    );
+}
