@@ -5,7 +5,7 @@ use crate::machine_args::MachineArgs;
 use huddle_msg::launch::{self, Launch};
 use huddle_msg::rules::RuleTable;
 use huddle_msg::MsgError;
-use mapping::{Algorithm, Options, Target};
+use mapping::{Algorithm, Options, Slot, Target};
 use matrix::CommMatrix;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -123,8 +123,17 @@ pub fn placement(
         oversubscribe: true,
         ..Options::default()
     };
-    let mapping = mapping::map(&matrix, &Target::machine(m.clone()), &opts).map_err(bad_input)?;
-    Ok(mapping.slots)
+    let target = Target::machine(m.clone());
+    let mapping = mapping::map(&matrix, &target, &opts).map_err(bad_input)?;
+    // On one machine a slot's PU is the machine's logical PU, which msg's launch takes.
+    Ok(mapping
+        .slots
+        .iter()
+        .map(|&g| {
+            let (_, pu) = target.locate(Slot(g));
+            pu.0
+        })
+        .collect())
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {

@@ -4,11 +4,11 @@
 
 use crate::exit::bad_input;
 use crate::machine_args::MachineArgs;
-use mapping::{Algorithm, MapError, Mapping, Options, Orientation, Target};
+use mapping::{Algorithm, MapError, Mapping, Options, Orientation, Slot, Target};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use topology::{Cluster, LevelCosts, Machine};
+use topology::{Cluster, LevelCosts, Machine, OsCpu};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -162,7 +162,7 @@ fn map_matrix(args: &Args, raw: matrix::CommMatrix) -> anyhow::Result<i32> {
         let e = mapping::cost::evaluate_matrix(&m, &target, &slots);
         let levels: BTreeMap<&'static str, f64> =
             e.levels.iter().map(|(l, v)| (l.name(), *v)).collect();
-        let os: Vec<u32> = slots.iter().map(|&g| target.os_index(g)).collect();
+        let os = numbers(&target.os_cpus(&slots));
         println!(
             "{}",
             serde_json::to_string_pretty(
@@ -218,11 +218,9 @@ fn score_slots(list: &str, target: &Target, n: usize) -> anyhow::Result<Vec<usiz
                 let os: u32 = s.trim().parse().map_err(|_| {
                     bad_input(format!("--score: '{}' is not a PU OS index", s.trim()))
                 })?;
-                (0..target.num_pus())
-                    .find(|&g| target.os_index(g) == os)
-                    .ok_or_else(|| {
-                        bad_input(format!("--score: the machine has no PU with OS index {os}"))
-                    })
+                target.slot_by_os(0, OsCpu(os)).map(|s| s.0).ok_or_else(|| {
+                    bad_input(format!("--score: the machine has no PU with OS index {os}"))
+                })
             })
             .collect::<anyhow::Result<Vec<usize>>>()?;
     if slots.len() != n {
@@ -270,6 +268,11 @@ fn host(target: &Target, hosts: &[String], node: usize) -> String {
     }
 }
 
+/// Kernel CPUs as the numbers the JSON and text outputs write.
+fn numbers(cpus: &[OsCpu]) -> Vec<u32> {
+    cpus.iter().map(|c| c.0).collect()
+}
+
 pub(crate) fn render(
     m: &Mapping,
     target: &Target,
@@ -277,7 +280,7 @@ pub(crate) fn render(
     hosts: &[String],
     orientation: Orientation,
 ) -> anyhow::Result<String> {
-    let os = m.os_indexes(target);
+    let os = numbers(&m.os_cpus(target));
     let nodes = m.nodes(target);
     let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     Ok(match format {
@@ -345,6 +348,7 @@ pub(crate) fn render(
                 out += &format!("# {note}\n");
             }
             for (t, &g) in m.slots.iter().enumerate() {
+                let g = Slot(g);
                 let k = target.node_of(g);
                 out += &format!(
                     "rank {t}={} slot={}\n",
@@ -373,7 +377,7 @@ pub(crate) fn render(
 }
 
 /// Open MPI 4 rankfile slot: logical package and logical core inside it.
-fn rank_slot(target: &Target, g: usize) -> String {
+fn rank_slot(target: &Target, g: Slot) -> String {
     let pu = target.pu(g);
     let node = target.node_of(g);
     let machine = &target.machines()[node];
@@ -414,7 +418,7 @@ fn render_advice(
                         "node_in": p.contention.inbound,
                         "node_link_seconds": p.contention.link_seconds,
                         "levels": levels_json(&p.mapping),
-                        "mapping": p.mapping.os_indexes(target),
+                        "mapping": numbers(&p.mapping.os_cpus(target)),
                         "nodes": p.mapping.nodes(target),
                     })
                 })

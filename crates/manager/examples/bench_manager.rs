@@ -9,6 +9,7 @@ use rundata::RunData;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use topology::OsCpu;
 
 const SECONDS: &str = "3";
 
@@ -174,7 +175,7 @@ fn quality(
         .iter()
         .filter_map(Value::as_u64)
         .collect();
-    let os_to_slot = |os: u32| (0..target.num_pus()).find(|&g| target.os_index(g) == os);
+    let os_to_slot = |os: u32| target.slot_by_os(0, OsCpu(os)).map(|s| s.0);
     // The cost on the ground truth of a migration's placement, in workload task order.
     let cost_of = |d: &rundata::Decision| -> Option<f64> {
         let mut slots = Vec::with_capacity(tids.len());
@@ -188,7 +189,7 @@ fn quality(
     let live = match kept {
         Some(d) => cost_of(d)?,
         None => {
-            let all = target.allowed_slots();
+            let all: Vec<usize> = target.allowed_slots().iter().map(|s| s.0).collect();
             manager::decide::expected_cost(truth, target, &vec![all; tids.len()])
         }
     };

@@ -8,7 +8,7 @@ use crate::decide::Choice;
 use crate::ledger::Ledger;
 use crate::observer::{ObservedTask, Observer};
 use crate::pages::PageMover;
-use mapping::Target;
+use mapping::{Slot, Target};
 use std::collections::HashMap;
 
 /// Carries out migrations: pins through the [`Ledger`] (sched_setaffinity), makes pages
@@ -16,7 +16,7 @@ use std::collections::HashMap;
 pub struct Actuator {
     ledger: Ledger,
     /// The slot each thread id was pinned to last.
-    pinned: HashMap<u32, usize>,
+    pinned: HashMap<u32, Slot>,
     mover: Option<PageMover>,
     /// What went wrong or was left undone, once each.
     notes: Vec<String>,
@@ -47,7 +47,7 @@ impl Actuator {
     }
 
     /// The slot each thread id was pinned to last.
-    pub fn pinned(&self) -> &HashMap<u32, usize> {
+    pub fn pinned(&self) -> &HashMap<u32, Slot> {
         &self.pinned
     }
 
@@ -69,7 +69,7 @@ impl Actuator {
             if choice.only_moved && choice.slots[k] == current[k] {
                 continue;
             }
-            let os = topology::CpuSet::of(&[choice.proposed_os[k]]);
+            let os = topology::CpuSet::from(choice.proposed_os[k]);
             let result = if task.whole_process {
                 self.ledger.pin_process(task.pid, &os)
             } else {
@@ -77,7 +77,7 @@ impl Actuator {
             };
             match result {
                 Ok(()) => {
-                    self.pinned.insert(task.tid, choice.slots[k]);
+                    self.pinned.insert(task.tid, Slot(choice.slots[k]));
                 }
                 Err(PinError::Gone(_)) => continue,
                 Err(e) => {
@@ -86,9 +86,10 @@ impl Actuator {
                     continue;
                 }
             }
-            if let (Some(m), Some(node)) =
-                (self.mover.as_mut(), numa_os_index(target, choice.slots[k]))
-            {
+            if let (Some(m), Some(node)) = (
+                self.mover.as_mut(),
+                numa_os_index(target, Slot(choice.slots[k])),
+            ) {
                 let ranges = if task.whole_process {
                     actuate::private_ranges(task.pid)
                 } else {
@@ -144,7 +145,7 @@ impl Actuator {
 }
 
 /// OS index of the NUMA node of a slot (None without NUMA information).
-fn numa_os_index(target: &Target, slot: usize) -> Option<i32> {
+fn numa_os_index(target: &Target, slot: Slot) -> Option<i32> {
     let node = target.pu(slot).numa?;
     let m = &target.machines()[target.node_of(slot)];
     m.numa_nodes.get(node as usize).map(|n| n.os_index as i32)
@@ -158,9 +159,9 @@ pub(crate) fn page_size() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use topology::Machine;
+    use topology::{Machine, OsCpu};
 
-    fn choice(slots: Vec<usize>, os: Vec<u32>, only_moved: bool) -> Choice {
+    fn choice(slots: Vec<usize>, os: Vec<OsCpu>, only_moved: bool) -> Choice {
         Choice {
             migrate: true,
             current_os: os.clone(),
@@ -217,16 +218,16 @@ mod tests {
     /// An actuator that moved every task of `tasks`, each now on `slot`, to `slot`.
     fn pin_all_to(
         target: &Target,
-        slot: usize,
+        slot: Slot,
         tasks: &[ObservedTask],
         only_moved: bool,
-    ) -> (Actuator, u32) {
+    ) -> (Actuator, OsCpu) {
         let mut act = Actuator::new(Ledger::launched(), target, 0);
-        let os = target.os_index(slot);
+        let os = target.os_cpu(slot);
         let n = tasks.len();
         let live: Vec<usize> = (0..n).collect();
-        let c = choice(vec![slot; n], vec![os; n], only_moved);
-        act.migrate(&NoPages, target, tasks, &live, &vec![slot; n], &c);
+        let c = choice(vec![slot.0; n], vec![os; n], only_moved);
+        act.migrate(&NoPages, target, tasks, &live, &vec![slot.0; n], &c);
         (act, os)
     }
 
@@ -258,7 +259,7 @@ mod tests {
             c.kill().unwrap();
             c.wait().unwrap();
         }
-        assert_eq!(masks, vec![Some(topology::CpuSet::of(&[os])); 2]);
+        assert_eq!(masks, vec![Some(topology::CpuSet::from(os)); 2]);
         assert_eq!(act.pinned().len(), 2);
         assert_eq!(act.pinned()[&tasks[0].tid], first);
         assert!(

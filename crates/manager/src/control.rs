@@ -14,6 +14,7 @@
 //!   twice the ground truth's cost by acting on the first proposal (at 0.47 s).
 
 use std::collections::VecDeque;
+use topology::OsCpu;
 
 /// The interval the loop starts with, in ms.
 pub const START_MS: u64 = 100;
@@ -57,7 +58,7 @@ pub struct Controller {
     /// Seconds after leaving a mapping during which it is not taken again.
     pub return_window_s: f64,
     /// (mapping, time it was left).
-    abandoned: VecDeque<(Vec<u32>, f64)>,
+    abandoned: VecDeque<(Vec<OsCpu>, f64)>,
     /// The matrix total at the last tick that had too little traffic to decide on.
     filled: f64,
 }
@@ -82,15 +83,15 @@ impl Controller {
     }
 
     /// Judges a candidate mapping against the live one at time `now` (seconds) and adapts
-    /// the interval. `current`/`candidate` are PU OS indexes per task.
+    /// the interval. `current`/`candidate`: each task's kernel CPU.
     /// `previous_cost`: the cost, on the current matrix, of the previous interval's proposal
     /// (None when there was none, or for another set of tasks).
     pub fn decide(
         &mut self,
         now: f64,
-        current: &[u32],
+        current: &[OsCpu],
         current_cost: f64,
-        candidate: &[u32],
+        candidate: &[OsCpu],
         candidate_cost: f64,
         previous_cost: Option<f64>,
     ) -> Verdict {
@@ -128,7 +129,7 @@ impl Controller {
 
     /// Records a migration away from `current` that a policy decided by its own rules: the
     /// interval halves and `current` joins the mappings not to return to.
-    pub fn accept(&mut self, now: f64, current: &[u32]) {
+    pub fn accept(&mut self, now: f64, current: &[OsCpu]) {
         self.interval_ms = (self.interval_ms / 2).max(MIN_MS);
         if self.abandoned.len() == MEMORY {
             self.abandoned.pop_front();
@@ -139,9 +140,9 @@ impl Controller {
     fn judge(
         &self,
         now: f64,
-        current: &[u32],
+        current: &[OsCpu],
         current_cost: f64,
-        candidate: &[u32],
+        candidate: &[OsCpu],
         candidate_cost: f64,
         previous_cost: Option<f64>,
     ) -> (Verdict, bool) {
@@ -222,6 +223,10 @@ pub fn floating_to_pin<T: AsRef<[usize]>>(masks: &[T], candidate: &[usize], pus:
 mod tests {
     use super::*;
 
+    fn os(cpus: &[u32]) -> Vec<OsCpu> {
+        cpus.iter().map(|&c| OsCpu(c)).collect()
+    }
+
     #[test]
     fn floating_tasks_are_pinned_only_one_per_pu_and_not_when_oversubscribed() {
         let all = vec![0, 1, 2, 3];
@@ -259,26 +264,26 @@ mod tests {
         let mut c = Controller::default();
         assert_eq!(c.interval_ms, 100);
         for _ in 0..3 {
-            c.decide(0.0, &[0, 1], 10.0, &[0, 1], 10.0, Some(10.0));
+            c.decide(0.0, &os(&[0, 1]), 10.0, &os(&[0, 1]), 10.0, Some(10.0));
         }
         assert_eq!(c.interval_ms, 250);
         c.hold();
         assert_eq!(c.interval_ms, 300);
         assert!(matches!(
-            c.decide(1.0, &[0, 1], 10.0, &[1, 0], 5.0, Some(5.0)),
+            c.decide(1.0, &os(&[0, 1]), 10.0, &os(&[1, 0]), 5.0, Some(5.0)),
             Verdict::Migrate { .. }
         ));
         assert_eq!(c.interval_ms, 150);
         for _ in 0..100 {
-            c.decide(2.0, &[1, 0], 5.0, &[1, 0], 5.0, Some(5.0));
+            c.decide(2.0, &os(&[1, 0]), 5.0, &os(&[1, 0]), 5.0, Some(5.0));
         }
         assert_eq!(c.interval_ms, MAX_MS);
         for t in 0..20 {
             // Alternating candidates, each migration halves; never below the floor.
             let (a, b) = if t % 2 == 0 {
-                ([0, 1], [1, 0])
+                (os(&[0, 1]), os(&[1, 0]))
             } else {
-                ([1, 0], [0, 1])
+                (os(&[1, 0]), os(&[0, 1]))
             };
             c.return_window_s = 0.0;
             c.decide(100.0 + t as f64, &a, 10.0, &b, 1.0, Some(1.0));
@@ -290,15 +295,15 @@ mod tests {
     fn small_gains_do_not_migrate() {
         let mut c = Controller::new(0.05);
         assert!(matches!(
-            c.decide(0.0, &[0, 1], 100.0, &[1, 0], 96.0, Some(96.0)),
+            c.decide(0.0, &os(&[0, 1]), 100.0, &os(&[1, 0]), 96.0, Some(96.0)),
             Verdict::Keep { .. }
         ));
         assert_eq!(
-            c.decide(0.0, &[0, 1], 100.0, &[1, 0], 95.0, Some(95.0)),
+            c.decide(0.0, &os(&[0, 1]), 100.0, &os(&[1, 0]), 95.0, Some(95.0)),
             Verdict::Migrate { gain: 0.05 }
         );
         assert!(matches!(
-            c.decide(0.0, &[0, 1], 0.0, &[1, 0], 0.0, Some(0.0)),
+            c.decide(0.0, &os(&[0, 1]), 0.0, &os(&[1, 0]), 0.0, Some(0.0)),
             Verdict::Keep { .. }
         ));
     }
@@ -306,7 +311,7 @@ mod tests {
     #[test]
     fn a_proposal_is_acted_on_once_the_next_interval_confirms_it() {
         let mut c = Controller::new(0.05);
-        let (a, b) = (vec![0, 0, 1, 1], vec![0, 1, 0, 1]);
+        let (a, b) = (os(&[0, 0, 1, 1]), os(&[0, 1, 0, 1]));
         // First proposal: wait.
         let v = c.decide(0.1, &a, 100.0, &b, 50.0, None);
         assert!(
@@ -353,7 +358,7 @@ mod tests {
     #[test]
     fn never_returns_to_a_mapping_it_just_left() {
         let mut c = Controller::new(0.05);
-        let (a, b) = (vec![0, 0, 1, 1], vec![0, 1, 0, 1]);
+        let (a, b) = (os(&[0, 0, 1, 1]), os(&[0, 1, 0, 1]));
         assert!(matches!(
             c.decide(1.0, &a, 100.0, &b, 50.0, Some(50.0)),
             Verdict::Migrate { .. }

@@ -4,9 +4,10 @@
 use crate::control::{self, Controller, Verdict};
 use crate::observer::ObservedTask;
 use crate::policy::{Context, Policy, Proposal};
-use mapping::Target;
+use mapping::{Slot, Target};
 use matrix::CommMatrix;
 use std::collections::HashMap;
+use topology::OsCpu;
 
 /// Default for [`Decider`]'s `min_traffic`: communication (matrix total over live tasks)
 /// required before the first decision, since the first faults are mostly first-touch
@@ -49,10 +50,10 @@ pub struct Choice {
     pub slots: Vec<usize>,
     /// Pin only the tasks whose slot changes ([`Proposal::only_moved`]).
     pub only_moved: bool,
-    /// The PU OS index each live task runs on now (its [`Live::current`] slot).
-    pub current_os: Vec<u32>,
-    /// The PU OS index of each live task's proposed slot.
-    pub proposed_os: Vec<u32>,
+    /// The kernel CPU each live task runs on now (its [`Live::current`] slot).
+    pub current_os: Vec<OsCpu>,
+    /// The kernel CPU of each live task's proposed slot: what it is pinned to.
+    pub proposed_os: Vec<OsCpu>,
     /// Expected cost of the live placement over the tasks' masks ([`expected_cost`]).
     pub cost_now: f64,
     /// Cost of the proposal under the shared cost model (`mapping::cost::evaluate_matrix`).
@@ -134,8 +135,8 @@ impl Decider {
         let cost_now = expected_cost(live.matrix, target, live.masks);
         let cost_new = mapping::cost::evaluate_matrix(live.matrix, target, &proposal.slots).cost;
         let gain = (cost_now - cost_new) / cost_now.max(1e-12);
-        let current_os: Vec<u32> = live.current.iter().map(|&g| target.os_index(g)).collect();
-        let proposed_os: Vec<u32> = proposal.slots.iter().map(|&g| target.os_index(g)).collect();
+        let current_os = target.os_cpus(live.current);
+        let proposed_os = target.os_cpus(&proposal.slots);
         let interval_ms = self.controller.interval_ms;
         // The previous proposal, costed on this matrix (same tasks only).
         let tids: Vec<u32> = live.tasks.iter().map(|task| task.tid).collect();
@@ -155,7 +156,7 @@ impl Decider {
             // A repair, not an optimisation: no threshold, no confirmation interval.
             reason = format!(
                 "{k} busy tasks are pinned to PU {} while a balanced placement has at most {}: rebalanced ({})",
-                target.os_index(slot),
+                target.os_cpu(Slot(slot)),
                 live.tasks.len().div_ceil(pus.max(1)),
                 proposal.reason
             );
@@ -405,7 +406,7 @@ mod tests {
         let l2 = |s: usize| s / 2;
         assert_eq!(l2(second.slots[0]), l2(second.slots[2]), "{second:?}");
         assert_eq!(l2(second.slots[1]), l2(second.slots[3]), "{second:?}");
-        assert_eq!(second.current_os, vec![0, 1, 2, 3]);
+        assert_eq!(second.current_os, [0, 1, 2, 3].map(OsCpu));
     }
 
     #[test]

@@ -114,10 +114,13 @@ impl Recorder {
             cost_new: c.cost_new,
             predicted_gain: c.gain,
             mapping: if c.migrate {
-                c.proposed_os.clone()
+                &c.proposed_os
             } else {
-                c.current_os.clone()
-            },
+                &c.current_os
+            }
+            .iter()
+            .map(|os| os.0)
+            .collect(),
             tasks: live.to_vec(),
             reason: c.reason.clone(),
         });
@@ -209,14 +212,15 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use topology::OsCpu;
 
     fn choice(migrate: bool) -> Choice {
         Choice {
             migrate,
             slots: vec![1, 0],
             only_moved: false,
-            current_os: vec![0, 1],
-            proposed_os: vec![1, 0],
+            current_os: vec![OsCpu(0), OsCpu(1)],
+            proposed_os: vec![OsCpu(1), OsCpu(0)],
             cost_now: 4.0,
             cost_new: 1.0,
             gain: 0.75,

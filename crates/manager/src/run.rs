@@ -165,7 +165,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
         allowed_pus: target
             .allowed_slots()
             .iter()
-            .map(|&g| target.os_index(g))
+            .map(|&g| target.os_cpu(g).0)
             .collect(),
         threshold: decider.controller.threshold,
         pages: act.pages(),

@@ -4,11 +4,12 @@
 use crate::idle::IdleTracker;
 use crate::observer::ObservedTask;
 use crate::procs;
-use mapping::Target;
+use mapping::{Slot, Target};
 use matrix::CommMatrix;
 use rundata::Placement;
 use std::collections::HashMap;
 use std::path::Path;
+use topology::OsCpu;
 
 /// The live tasks at one tick, in snapshot order, with what the loop decides on.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -45,9 +46,9 @@ fn keep_where<T>(v: &mut Vec<T>, keep: &[bool]) {
 
 /// Reads the tasks' state each tick and remembers what the report needs of it (CPU time).
 pub struct Sampler {
-    os_to_slot: HashMap<u32, usize>,
+    os_to_slot: HashMap<OsCpu, Slot>,
     /// The slot a task is taken to run on when nothing says where it runs.
-    first_allowed: usize,
+    first_allowed: Slot,
     ticks_per_s: f64,
     cpu_ticks: HashMap<u32, u64>,
     idle: IdleTracker,
@@ -59,9 +60,9 @@ impl Sampler {
     pub fn new(target: &Target) -> Sampler {
         Sampler {
             os_to_slot: (0..target.num_pus())
-                .map(|g| (target.os_index(g), g))
+                .map(|g| (target.os_cpu(Slot(g)), Slot(g)))
                 .collect(),
-            first_allowed: target.allowed_slots().first().copied().unwrap_or(0),
+            first_allowed: target.allowed_slots().first().copied().unwrap_or(Slot(0)),
             ticks_per_s: procs::ticks_per_second(),
             cpu_ticks: HashMap::new(),
             idle: IdleTracker::default(),
@@ -75,7 +76,7 @@ impl Sampler {
         t: f64,
         matrix: &CommMatrix,
         tasks: &[ObservedTask],
-        pinned: &HashMap<u32, usize>,
+        pinned: &HashMap<u32, Slot>,
     ) -> Sampled {
         let live: Vec<usize> = (0..tasks.len().min(matrix.n()))
             .filter(|&i| {
@@ -105,14 +106,14 @@ impl Sampler {
                     pu: st.processor,
                 });
             }
-            let mut mask: Vec<usize> = crate::actuate::get_affinity(task.tid)
+            let mask: Vec<Slot> = crate::actuate::get_affinity(task.tid)
                 .unwrap_or_default()
-                .iter()
+                .cpus()
                 .filter_map(|os| self.os_to_slot.get(&os).copied())
                 .collect();
             // Where /proc says it ran last; failing that, somewhere it may run.
             let here = stat
-                .and_then(|st| self.os_to_slot.get(&st.processor).copied())
+                .and_then(|st| self.os_to_slot.get(&OsCpu(st.processor)).copied())
                 .or_else(|| mask.first().copied())
                 .unwrap_or(self.first_allowed);
             // A task pinned to one PU is there (or will be at its next wake-up), whatever CPU
@@ -121,11 +122,12 @@ impl Sampler {
                 [only] => *only,
                 _ => pinned.get(&task.tid).copied().unwrap_or(here),
             };
-            s.current.push(slot);
-            if mask.is_empty() {
-                mask.push(slot);
-            }
-            s.masks.push(mask);
+            s.current.push(slot.0);
+            s.masks.push(if mask.is_empty() {
+                vec![slot.0]
+            } else {
+                mask.into_iter().map(|s| s.0).collect()
+            });
         }
         self.idle.retain(&s.tids(tasks));
         s
@@ -174,11 +176,11 @@ mod tests {
         // A thread of our own, pinned to the last allowed PU, and one that has ended.
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let os = target.os_index(last);
+        let os = target.os_cpu(last);
         let worker = std::thread::spawn(move || {
             let mut task = me();
             task.comm = "worker".into();
-            crate::actuate::set_affinity(task.tid, &topology::CpuSet::of(&[os])).unwrap();
+            crate::actuate::set_affinity(task.tid, &topology::CpuSet::from(os)).unwrap();
             tx.send(task).unwrap();
             done_rx.recv().unwrap();
         });
@@ -196,14 +198,14 @@ mod tests {
         done_tx.send(()).unwrap();
         worker.join().unwrap();
         assert_eq!(s.live, vec![0, 1], "the task that is not there is left out");
-        assert_eq!(s.current[1], last);
-        assert_eq!(s.masks[1], vec![last]);
+        assert_eq!(s.current[1], last.0);
+        assert_eq!(s.masks[1], vec![last.0]);
         assert_eq!(
             s.masks[0].len(),
             allowed.len(),
             "the test thread may run anywhere"
         );
-        assert!(allowed.contains(&s.current[0]));
+        assert!(allowed.contains(&Slot(s.current[0])));
         assert_eq!(s.placements.len(), 2);
         assert!(
             sampler.cpu_seconds(tasks[0].tid) > 0.0,

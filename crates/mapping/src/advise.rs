@@ -20,6 +20,7 @@ use matrix::CommMatrix;
 use serde::Serialize;
 use std::cmp::Ordering;
 use std::time::Instant;
+use topology::LogicalPu;
 
 /// Link bandwidth assumed when none is given, in bytes per second: one Myri-10G link
 /// (10 Gb/s), the network of SIMMer's 16-node cluster (seed, chapter 5.1). All nodes share
@@ -374,7 +375,7 @@ fn by_nodes(
             },
         )?;
         for (&r, &pu) in ranks.iter().zip(&local.slots) {
-            slots[r] = target.global(node, pu);
+            slots[r] = target.slot(node, LogicalPu(pu)).0;
         }
     }
     let eval = cost::evaluate(graph, target, &slots);

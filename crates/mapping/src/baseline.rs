@@ -1,7 +1,7 @@
 //! The baselines: placements that ignore the communication matrix.
 
 use crate::rng::SplitMix64;
-use crate::{Algorithm, Arch, MapError, Options, Target};
+use crate::{Algorithm, Arch, MapError, Options, Slot, Target};
 
 /// The global PU index of each of `n` tasks under a baseline `alg` (compact, scatter,
 /// round-robin, random or identity); PU loads differ by at most one when oversubscribed.
@@ -28,9 +28,9 @@ pub fn place(
     }
     match alg {
         Algorithm::Identity => {
-            order.sort_by_key(|&g| (target.node_of(g), target.os_index(g)));
+            order.sort_by_key(|&g| (target.node_of(g), target.os_cpu(g)));
         }
-        Algorithm::RoundRobin => order.sort_by_key(|&g| (target.smt_rank(g), g)),
+        Algorithm::RoundRobin => order.sort_by_key(|&g| (target.smt_rank(g.0), g)),
         Algorithm::Scatter => order = scatter_order(target, &order),
         _ => {}
     }
@@ -40,19 +40,20 @@ pub fn place(
     Ok((0..n)
         .map(|i| {
             if blocked {
-                order[i * p / n.max(p)]
+                order[i * p / n.max(p)].0
             } else {
-                order[i % p]
+                order[i % p].0
             }
         })
         .collect())
 }
 
 /// Leaves interleaved level by level: the first tasks land in different top-level subtrees.
-fn scatter_order(target: &Target, pus: &[usize]) -> Vec<usize> {
-    let arch = Arch::build(target, pus);
+fn scatter_order(target: &Target, slots: &[Slot]) -> Vec<Slot> {
+    let placement: Vec<usize> = slots.iter().map(|s| s.0).collect();
+    let arch = Arch::build(target, &placement);
     let leaves = interleave(&arch, arch.root());
-    leaves.into_iter().map(|l| arch.slot(l)).collect()
+    leaves.into_iter().map(|l| Slot(arch.slot(l))).collect()
 }
 
 fn interleave(arch: &Arch, node: usize) -> Vec<usize> {

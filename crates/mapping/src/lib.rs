@@ -29,13 +29,13 @@ pub mod advise;
 pub use arch::Arch;
 pub use graph::Graph;
 pub use orient::{flip, orient, Orientation};
-pub use target::Target;
+pub use target::{Slot, Target};
 
 use matrix::CommMatrix;
 use serde::Serialize;
 use std::fmt;
 use std::time::Instant;
-use topology::Level;
+use topology::{Level, OsCpu};
 
 /// What went wrong. Each message names the problem in one line.
 #[derive(Debug, thiserror::Error)]
@@ -181,7 +181,8 @@ impl Default for Options {
 /// A mapping and its score under the shared cost model.
 #[derive(Clone, Debug, Serialize)]
 pub struct Mapping {
-    /// Global PU index (PU logical index on a single machine) of each task.
+    /// The slot of each task, as a bare [`Slot`] number (the algorithms' placement);
+    /// [`Mapping::os_cpus`] turns them into kernel CPUs.
     pub slots: Vec<usize>,
     /// The shared model's cost ([`cost::evaluate`]): traffic times level cost, summed over pairs.
     pub cost: f64,
@@ -194,14 +195,17 @@ pub struct Mapping {
 }
 
 impl Mapping {
-    /// PU OS index of each task (on its own node for clusters).
-    pub fn os_indexes(&self, target: &Target) -> Vec<u32> {
-        self.slots.iter().map(|&g| target.os_index(g)).collect()
+    /// Kernel CPU of each task (on its own node for clusters).
+    pub fn os_cpus(&self, target: &Target) -> Vec<OsCpu> {
+        target.os_cpus(&self.slots)
     }
 
     /// Node (machine of the cluster) of each task; all 0 on a single machine.
     pub fn nodes(&self, target: &Target) -> Vec<usize> {
-        self.slots.iter().map(|&g| target.node_of(g)).collect()
+        self.slots
+            .iter()
+            .map(|&g| target.node_of(Slot(g)))
+            .collect()
     }
 }
 

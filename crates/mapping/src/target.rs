@@ -1,10 +1,19 @@
 //! What tasks are mapped onto: one machine or a cluster, and which of its PUs are allowed.
 
 use crate::MapError;
-use topology::{Cluster, Level, LevelCosts, Machine};
+use topology::{Cluster, Level, LevelCosts, LogicalPu, Machine, OsCpu};
 
-/// A machine or a cluster of machines, with the PUs a mapping may use. PUs are numbered
-/// globally (node after node); on a single machine the global index is the PU logical index.
+/// A PU of a [`Target`] by its global index: the PUs of the target's machines numbered node
+/// after node, each machine's in logical order (on a single machine, the logical index).
+/// Tasks are mapped onto slots; a placement ([`crate::Mapping::slots`]) keeps their bare
+/// numbers, for the algorithms' inner loops. The target is where a slot turns into a
+/// machine's [`LogicalPu`] ([`Target::locate`]) or a kernel CPU ([`Target::os_cpu`]), and
+/// back ([`Target::slot`], [`Target::slot_by_os`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Slot(pub usize);
+
+/// A machine or a cluster of machines, with the PUs a mapping may use, numbered as
+/// [`Slot`]s.
 #[derive(Clone, Debug)]
 pub struct Target {
     cluster: Cluster,
@@ -96,14 +105,18 @@ impl Target {
     }
 
     /// Whether a mapping may use this slot; false for a slot out of range.
-    pub fn is_allowed(&self, global: usize) -> bool {
-        self.allowed.get(global).copied().unwrap_or(false)
+    pub fn is_allowed(&self, slot: Slot) -> bool {
+        self.allowed.get(slot.0).copied().unwrap_or(false)
     }
 
-    /// The allowed PUs as slots (global indexes over the cluster's machines, each machine's
-    /// logical PUs in order), ascending. [`Target::os_index`] gives a slot's OS index; a
-    /// `topology::Machine`'s own `allowed_pus` are logical indexes of that machine.
-    pub fn allowed_slots(&self) -> Vec<usize> {
+    /// The allowed PUs, ascending. [`Target::os_cpu`] gives a slot's kernel CPU; a
+    /// `topology::Machine`'s own `allowed_pus` are [`LogicalPu`]s of that machine.
+    pub fn allowed_slots(&self) -> Vec<Slot> {
+        self.allowed_indexes().into_iter().map(Slot).collect()
+    }
+
+    /// [`Target::allowed_slots`] as bare numbers, for placements.
+    fn allowed_indexes(&self) -> Vec<usize> {
         (0..self.allowed.len())
             .filter(|&g| self.allowed[g])
             .collect()
@@ -122,44 +135,68 @@ impl Target {
         self.cluster.costs = costs;
     }
 
-    /// The finest level two PUs (global indexes) share.
+    /// The finest level two slots share, by bare number (a [`Slot`]'s, as placements hold
+    /// them: the cost model asks this of every pair).
     pub fn level(&self, a: usize, b: usize) -> Level {
         self.cluster.level(a, b)
     }
 
-    /// Communication cost between two slots under [`Target::costs`].
+    /// Communication cost between two slots (bare numbers, as [`Target::level`]) under
+    /// [`Target::costs`].
     pub fn distance(&self, a: usize, b: usize) -> f64 {
         self.cluster.distance(a, b)
     }
 
     /// The node (machine index) a slot is on; 0 on a single machine.
-    pub fn node_of(&self, global: usize) -> usize {
-        self.cluster.locate(global).0
+    pub fn node_of(&self, slot: Slot) -> usize {
+        self.cluster.locate(slot.0).0
     }
 
-    /// The slot of PU `pu` (logical index) on node `node`.
-    pub fn global(&self, node: usize, pu: usize) -> usize {
-        self.cluster.global(node, pu)
+    /// The node a slot is on and the PU it is there: the inverse of [`Target::slot`]. Panics
+    /// if the slot is out of range.
+    pub fn locate(&self, slot: Slot) -> (usize, LogicalPu) {
+        assert!(slot.0 < self.allowed.len(), "slot {} out of range", slot.0);
+        let (node, pu) = self.cluster.locate(slot.0);
+        (node, LogicalPu(pu))
     }
 
-    /// The PU model behind a global index.
-    pub fn pu(&self, global: usize) -> &topology::Pu {
-        let (node, pu) = self.cluster.locate(global);
-        &self.cluster.machines[node].pus[pu]
+    /// The slot of PU `pu` on node `node`. Panics if `node` is out of range.
+    pub fn slot(&self, node: usize, pu: LogicalPu) -> Slot {
+        Slot(self.cluster.global(node, pu.0))
     }
 
-    /// OS index (kernel CPU number on its own machine) of a slot's PU.
-    pub fn os_index(&self, global: usize) -> u32 {
-        self.pu(global).os_index
+    /// The PU model behind a slot.
+    pub fn pu(&self, slot: Slot) -> &topology::Pu {
+        let (node, pu) = self.locate(slot);
+        self.cluster.machines[node].pu(pu)
     }
 
-    /// Rank of a slot among the allowed PUs of its core (0 = first hardware thread); 0 for a
-    /// PU that is not allowed. Panics if the slot is out of range.
-    pub fn smt_rank(&self, global: usize) -> usize {
-        self.smt_rank[global]
+    /// The kernel CPU (on its own machine) of a slot's PU.
+    pub fn os_cpu(&self, slot: Slot) -> OsCpu {
+        let (node, pu) = self.locate(slot);
+        self.cluster.machines[node].os_cpu(pu)
     }
 
-    /// The PUs `n` tasks occupy, as a sorted multiset of global indexes: every core's first
+    /// The kernel CPU of each slot of a placement (bare slot numbers, as
+    /// [`crate::Mapping::slots`]).
+    pub fn os_cpus(&self, placement: &[usize]) -> Vec<OsCpu> {
+        placement.iter().map(|&g| self.os_cpu(Slot(g))).collect()
+    }
+
+    /// The slot of kernel CPU `os` on node `node`, if that machine has it. Panics if `node`
+    /// is out of range.
+    pub fn slot_by_os(&self, node: usize, os: OsCpu) -> Option<Slot> {
+        let pu = self.cluster.machines[node].pu_by_os(os)?;
+        Some(self.slot(node, pu))
+    }
+
+    /// Rank of a slot (bare number) among the allowed PUs of its core (0 = first hardware
+    /// thread); 0 for a PU that is not allowed. Panics if the slot is out of range.
+    pub fn smt_rank(&self, slot: usize) -> usize {
+        self.smt_rank[slot]
+    }
+
+    /// The PUs `n` tasks occupy, as a sorted multiset of bare slot numbers: every core's first
     /// allowed hardware thread before any second one (cores in tree order, so the chosen
     /// cores are close together), and when oversubscribed every allowed PU gets n / P tasks,
     /// the first n mod P in that same order one more.
@@ -171,7 +208,7 @@ impl Target {
         oversubscribe: bool,
         share_cores: bool,
     ) -> Result<Vec<usize>, MapError> {
-        let mut order = self.allowed_slots();
+        let mut order = self.allowed_indexes();
         if order.is_empty() {
             return Err(MapError::NoSlots);
         }
@@ -212,5 +249,32 @@ impl Target {
         (0..m.num_pus())
             .filter(|&pu| self.allowed[self.cluster.global(node, pu)])
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topology::Cluster;
+
+    #[test]
+    fn slots_convert_to_machines_pus_and_kernel_cpus_and_back() {
+        let mut m = Machine::from_synthetic("pack:2 core:2 pu:1").unwrap();
+        // OS numbering that differs from the logical order, as on many real machines.
+        for (pu, os) in m.pus.iter_mut().zip([0, 2, 1, 3]) {
+            pu.os_index = os;
+        }
+        let t = Target::cluster(Cluster::uniform(m, 2).unwrap());
+        assert_eq!(t.locate(Slot(6)), (1, LogicalPu(2)));
+        assert_eq!(t.slot(1, LogicalPu(2)), Slot(6));
+        assert_eq!(t.os_cpu(Slot(6)), OsCpu(1));
+        assert_eq!(t.os_cpus(&[0, 1, 5]), [OsCpu(0), OsCpu(2), OsCpu(2)]);
+        assert_eq!(t.slot_by_os(1, OsCpu(1)), Some(Slot(6)));
+        assert_eq!(t.slot_by_os(0, OsCpu(9)), None);
+        for s in t.allowed_slots() {
+            let (node, pu) = t.locate(s);
+            assert_eq!(t.slot(node, pu), s);
+            assert_eq!(t.slot_by_os(node, t.os_cpu(s)), Some(s));
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The mapping engine's invariants (property tests), known answers, the placement advisor on
 //! the NAS matrices, and the done-when check.
 
-use mapping::{advise, cost, map, map_graph, Algorithm, Graph, MapError, Options, Target};
+use mapping::{advise, cost, map, map_graph, Algorithm, Graph, MapError, Options, Slot, Target};
 use matrix::CommMatrix;
 use proptest::prelude::*;
 use std::path::PathBuf;
@@ -39,10 +39,10 @@ fn check_valid(target: &Target, n: usize, slots: &[usize], alg: Algorithm) {
     let allowed = target.allowed_slots();
     let mut load = vec![0usize; target.num_pus()];
     for &s in slots {
-        assert!(target.is_allowed(s), "{alg}: PU {s} is not allowed");
+        assert!(target.is_allowed(Slot(s)), "{alg}: PU {s} is not allowed");
         load[s] += 1;
     }
-    let loads: Vec<usize> = allowed.iter().map(|&p| load[p]).collect();
+    let loads: Vec<usize> = allowed.iter().map(|&p| load[p.0]).collect();
     let (lo, hi) = (
         loads.iter().min().copied().unwrap_or(0),
         loads.iter().max().copied().unwrap_or(0),
@@ -59,7 +59,7 @@ fn check_valid(target: &Target, n: usize, slots: &[usize], alg: Algorithm) {
         }
         for &s in slots {
             *per_core
-                .entry((target.node_of(s), target.pu(s).core))
+                .entry((target.node_of(Slot(s)), target.pu(Slot(s)).core))
                 .or_insert(0) += 1;
         }
         let (c_lo, c_hi) = (

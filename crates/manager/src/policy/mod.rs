@@ -10,7 +10,8 @@ use matrix::CommMatrix;
 use std::path::PathBuf;
 use topology::Machine;
 
-/// A candidate placement: one slot (global PU index of the target) per live task.
+/// A candidate placement: one slot of the target (a bare `mapping::Slot` number, as
+/// placements hold them) per live task.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Proposal {
     /// The slot of each live task, in [`Context::tasks`] order.
@@ -30,7 +31,7 @@ pub struct Proposal {
 pub struct Context<'a> {
     /// Communication among the live tasks, in `tasks` order.
     pub matrix: &'a CommMatrix,
-    /// The PUs the tasks may be placed on; slots are its global PU indexes.
+    /// The PUs the tasks may be placed on, numbered as its slots.
     pub target: &'a Target,
     /// The slot each live task occupies now.
     pub current: &'a [usize],

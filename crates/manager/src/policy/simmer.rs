@@ -12,8 +12,7 @@ use simmer::board::{Board, BoardSnapshot};
 use simmer::policy::{Action, Input, Thresholds};
 use simmer::protocol::{self, NetSample, ProcSource, Steering};
 use std::path::PathBuf;
-use topology::CpuSet;
-use topology::Machine;
+use topology::{CpuSet, LogicalPu, Machine, OsCpu};
 
 /// The `simmer` policy. Each tick it compares the board and the protocol-processing sample
 /// with the previous tick's, and turns the rules' decisions into slots (moves and swaps of the
@@ -89,8 +88,8 @@ impl Simmer {
     }
 
     /// Steers receive processing of every interface to the PU; remembers what it was.
-    fn steer(&mut self, os: u32) -> Result<(), String> {
-        let target = CpuSet::of(&[os]);
+    fn steer(&mut self, os: OsCpu) -> Result<(), String> {
+        let target = CpuSet::from(os);
         let mut done = 0;
         for iface in protocol::discover_net_names(std::path::Path::new("/")) {
             match self.steering.set_rps_cpus(&iface, 0, &target) {
@@ -158,8 +157,10 @@ impl Policy for Simmer {
                         self.note(format!("simmer: rank {rank} has no task huddle watches: a move of it was not acted on"));
                         continue;
                     }
+                    // SIMMer speaks the machine's logical PUs; the target is that machine.
+                    let slot = ctx.target.slot(0, LogicalPu(to_pu));
                     for k in tasks {
-                        slots[k] = to_pu;
+                        slots[k] = slot.0;
                     }
                 }
                 Action::Swap { a, b } => {
@@ -173,7 +174,7 @@ impl Policy for Simmer {
                     tb.iter().for_each(|&k| slots[k] = sa);
                 }
                 Action::SteerProtocol { to_pu } => {
-                    let os = self.machine.pus[to_pu].os_index;
+                    let os = self.machine.os_cpu(LogicalPu(to_pu));
                     if let Err(e) = self.steer(os) {
                         self.note(format!("simmer: {e}"));
                         continue;
