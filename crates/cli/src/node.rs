@@ -213,6 +213,10 @@ fn manage(
             "ranks {pids:?} on {host} share no parent process below init: cannot watch them as one program"
         ))
     })?;
+    // Its name, for node.json: the launcher's daemon (orted, slurmstepd, hydra_pmi_proxy).
+    let root_command = std::fs::read_to_string(format!("/proc/{root}/comm"))
+        .map(|c| c.trim_end().to_string())
+        .unwrap_or_default();
     manager::procs::may_ptrace(root).map_err(|e| {
         bad_input(format!("process {root} (the ranks' parent): not allowed to act on it ({e}); huddle only manages processes its user may ptrace"))
     })?;
@@ -300,6 +304,7 @@ fn manage(
             run::Stop::Signal(s) => detect::signals::name(s),
         },
         "attached_to": data.info.pid,
+        "attached_to_command": root_command,
         "ranks": slots.iter().map(|r| serde_json::json!({
             "rank": r.rank,
             "pid": r.pid,
@@ -378,6 +383,69 @@ fn is_launcher(resolved: &Path) -> bool {
         .any(|l| name.contains(l))
 }
 
+/// Whether `resolved` (a canonical path) is Slurm's srun, which starts the program itself on
+/// every node of the allocation.
+fn is_srun(resolved: &Path) -> bool {
+    resolved.file_name().is_some_and(|n| n == "srun")
+}
+
+/// Where the program is on an srun command line: the first argument that is no option and
+/// names an executable file (srun's option values given apart, such as the 2 of `-N 2`, name
+/// no such file).
+fn srun_program(rest: &[OsString]) -> Option<(usize, PathBuf)> {
+    rest.iter().enumerate().find_map(|(i, a)| {
+        if a.as_encoded_bytes().starts_with(b"-") {
+            return None;
+        }
+        let p = detect::resolve_program(a).and_then(|p| std::fs::canonicalize(p).ok())?;
+        p.is_file().then_some((i, p))
+    })
+}
+
+/// srun passes the whole environment on to the ranks (`--export=ALL`, its default), so
+/// nothing is added then. With `--export=NONE` or a list of variables (as an option, or
+/// SLURM_EXPORT_ENV without one, which srun reads in its place) `vars` are added to what it
+/// passes. Returns the arguments, and SLURM_EXPORT_ENV's new value where that needs one.
+fn srun_exports(rest: &[OsString], vars: &[&str]) -> (Vec<OsString>, Option<String>) {
+    let widen = |v: &str| -> Option<String> {
+        let v = v.trim();
+        if v == "ALL" || v.starts_with("ALL,") {
+            None
+        } else if v == "NONE" || v == "NIL" || v.is_empty() {
+            Some(vars.join(","))
+        } else {
+            Some(format!("{v},{}", vars.join(",")))
+        }
+    };
+    // srun's own options: the arguments before the program.
+    let end = srun_program(rest).map_or(rest.len(), |(i, _)| i);
+    let mut out: Vec<OsString> = Vec::new();
+    let mut found = false;
+    let mut i = 0;
+    while i < end {
+        let a = rest[i].to_string_lossy();
+        if let Some(v) = a.strip_prefix("--export=") {
+            found = true;
+            out.push(widen(v).map_or_else(|| rest[i].clone(), |w| format!("--export={w}").into()));
+        } else if a == "--export" && i + 1 < end {
+            found = true;
+            out.push(rest[i].clone());
+            i += 1;
+            let v = rest[i].to_string_lossy();
+            out.push(widen(&v).map_or_else(|| rest[i].clone(), OsString::from));
+        } else {
+            out.push(rest[i].clone());
+        }
+        i += 1;
+    }
+    out.extend(rest[i..].iter().cloned());
+    let env = (!found)
+        .then(|| std::env::var("SLURM_EXPORT_ENV").ok())
+        .flatten()
+        .and_then(|v| widen(&v));
+    (out, env)
+}
+
 /// The launcher's arguments with `-x VAR` for each of `vars` first: Open MPI passes only
 /// those to ranks on other nodes (MPICH's hydra passes the whole environment already).
 fn with_exports(rest: &[OsString], vars: &[&str]) -> Vec<OsString> {
@@ -413,12 +481,23 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
             ));
         }
     }
-    let flavour = crate::agent::mpi_flavour(&resolved).ok_or_else(|| {
-        bad_input(format!(
-            "--node-managers: {} is no MPI launcher and links no libmpi huddle recognises",
-            resolved.display()
-        ))
-    })?;
+    let srun = is_srun(&resolved);
+    let flavour = if srun {
+        srun_program(rest)
+            .and_then(|(_, p)| crate::agent::mpi_flavour(&p))
+            .ok_or_else(|| {
+            bad_input(
+                "--node-managers: srun starts no program linked with a libmpi huddle recognises (Open MPI or MPICH)",
+            )
+        })?
+    } else {
+        crate::agent::mpi_flavour(&resolved).ok_or_else(|| {
+            bad_input(format!(
+                "--node-managers: {} is no MPI launcher and links no libmpi huddle recognises",
+                resolved.display()
+            ))
+        })?
+    };
     let lib = crate::agent::pmpi_library_for(flavour).map_err(bad_input)?;
     let node_args = forwarded(c)?;
     // The options the node managers will run with, checked here once rather than on every
@@ -456,7 +535,13 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
     if std::env::var_os("HUDDLE_BOARD").is_some() {
         vars.push("HUDDLE_BOARD");
     }
-    let argv = if flavour == "openmpi" && is_launcher(&resolved) {
+    let argv = if srun {
+        let (argv, env) = srun_exports(rest, &vars);
+        if let Some(v) = env {
+            std::env::set_var("SLURM_EXPORT_ENV", v);
+        }
+        argv
+    } else if flavour == "openmpi" && is_launcher(&resolved) {
         with_exports(rest, &vars)
     } else {
         rest.to_vec()
@@ -568,6 +653,30 @@ mod tests {
         assert!(is_launcher(Path::new("/usr/bin/mpiexec.hydra")));
         assert!(is_launcher(Path::new("/usr/bin/mpirun.openmpi")));
         assert!(!is_launcher(Path::new("/work/build/mpi/openmpi/traffic")));
+    }
+
+    #[test]
+    fn srun_passes_the_variables_on() {
+        let words = |s: &str| s.split_whitespace().map(OsString::from).collect::<Vec<_>>();
+        let exports = |s: &str| srun_exports(&words(s), &["A", "B"]).0;
+        // The default (ALL) and ALL with more: unchanged.
+        for s in ["-N 2 /bin/sh --export=X", "--export=ALL,X=1 -n 8 /bin/sh"] {
+            assert_eq!(exports(s), words(s));
+        }
+        assert_eq!(
+            exports("--export=NONE -n 8 /bin/sh"),
+            words("--export=A,B -n 8 /bin/sh")
+        );
+        // A list, given apart; the program's own arguments are left alone.
+        assert_eq!(
+            exports("-n 8 --export X,Y=1 -l /bin/sh --export=Z"),
+            words("-n 8 --export X,Y=1,A,B -l /bin/sh --export=Z")
+        );
+        let at = |s: &str| srun_program(&words(s)).map(|(i, _)| i);
+        assert_eq!(at("-N 2 --mpi=pmix sh -c x"), Some(3));
+        assert_eq!(at("-N 2 ./no-such-program"), None);
+        assert!(is_srun(Path::new("/usr/bin/srun")));
+        assert!(!is_srun(Path::new("/usr/bin/sruns")));
     }
 
     #[test]

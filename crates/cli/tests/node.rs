@@ -133,6 +133,8 @@ fn manages_its_hosts_rank_until_it_finalizes_and_cleans_up() {
         daemon.id(),
         "the session is on the ranks' parent"
     );
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", daemon.id())).unwrap();
+    assert_eq!(v["attached_to_command"], comm.trim_end(), "{v}");
     assert_eq!(v["ranks"][0]["pid"], rank);
     assert!(node_dir.join("run.json").is_file() && node_dir.join("tasks.json").is_file());
     assert!(!board.exists(), "the board of a finished job is removed");
