@@ -7,14 +7,15 @@
 # neither a blocked nor a cyclic order of the host's 2 PUs puts together. Checked:
 #  1. `huddle run --node-managers --report DIR -- mpirun ...`: the job prints what it prints
 #     without huddle; a node manager ran on each host (DIR/node-hA, DIR/node-hB, state done)
-#     and saw only its own host's ranks; each pinned its ranks so that partners share a PU
-#     and the two pairs do not (from its decisions.json and tasks.json), started soon after
-#     its host's board was created; afterwards no huddle node process, board, scratch rank
-#     matrix or detection directory of the job is left.
+#     and saw only its own host's ranks, attached to their parent (orted); each pinned its
+#     ranks so that partners share a PU and the two pairs do not (from its decisions.json and
+#     tasks.json), started soon after its host's board was created; afterwards no huddle
+#     node process, board, scratch rank matrix or detection directory of the job is left.
 #  2. Without huddle on the launch side (HUDDLE_NODE=1 and the agent passed with -x, as a
 #     user would): both node managers start; hA's is killed with SIGKILL while the job runs;
 #     the job still ends normally with the same output, hB's finishes its report, and nothing
 #     is left behind.
+# The checks are tests/node/common.sh's, shared with tests/node-slurm.sh (the same under srun).
 # The namespace hosts share this machine's 2 CPUs: what is checked is each node manager's
 # decisions and its hygiene, not a speed-up. Skips (exit 0) only when the kernel refuses
 # namespaces.
@@ -23,11 +24,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 huddle=$root/target/release/huddle
 lib=$root/build/mpi/openmpi/libhuddle_pmpi.so
-ITERS=${NODE_TEST_ITERS:-20000}
-BYTES=262144
-fails=0
-pass() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+DAEMON=orted
 
 for f in "$huddle" "$lib"; do
   [ -e "$f" ] || { echo "FAIL $f missing: run make build (and make build-pmpi)"; exit 1; }
@@ -37,8 +34,9 @@ command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null ||
 
 # shellcheck source=../mpi/svm/tests/netns-hosts.sh
 . mpi/svm/tests/netns-hosts.sh
+# shellcheck source=node/common.sh
+. tests/node/common.sh
 tmp=$(mktemp -d /tmp/huddle-node-test.XXXXXX)
-JOB_PID=
 cleanup() {
   [ -z "$JOB_PID" ] || kill -TERM "$JOB_PID" 2>/dev/null
   nh_down
@@ -54,8 +52,6 @@ case $? in
   3) echo "SKIP: node managers: the kernel refused network/UTS/IPC namespaces"; exit 0 ;;
   *) echo "FAIL cannot set up the namespace hosts"; exit 1 ;;
 esac
-board_dir=${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/huddle}
-[ -n "$board_dir" ] && [ -d "$XDG_RUNTIME_DIR" ] || board_dir=/tmp/huddle-$(id -u)
 
 # The job's launcher command line: 4 ranks on each host, not bound (the kernel places them).
 # mpi_yield_when_idle: 8 ranks share 2 CPUs, so waiting ranks must not spin.
@@ -65,194 +61,9 @@ launcher=(mpirun.openmpi --allow-run-as-root --host hA:4,hB:4 -np 8 --bind-to no
   --mca btl_tcp_if_include "$NH_NET.0/24" --mca mpi_yield_when_idle 1)
 program=("$tmp/pairs" 4 "$ITERS" "$BYTES")
 
-# The pids of running `huddle node` processes of this huddle binary.
-node_managers() {
-  local d
-  for d in /proc/[0-9]*; do
-    tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -q "^$huddle node " && echo "${d#/proc/}"
-  done
-}
-
-# What a job with node managers may leave: its boards, scratch rank matrices, detection
-# directories of its node managers (pids from node.json). Prints them; nothing = clean.
-leftovers() { # REPORT_DIR
-  local f pid
-  for f in "$board_dir"/*-hA.board "$board_dir"/*-hB.board "$board_dir"/*-hA.csv "$board_dir"/*-hB.csv; do
-    [ -e "$f" ] && echo "$f"
-  done
-  for pid in $(cat "$1"/node-*/node.json 2>/dev/null | sed -n 's/^ *"pid": \([0-9]*\).*/\1/p'); do
-    for f in "${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}"/huddle-detect-"$pid"-* /tmp/huddle-detect-"$pid"-*; do
-      [ -e "$f" ] && echo "$f"
-    done
-  done
-  for pid in $(node_managers); do echo "process $pid: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")"; done
-}
-
-# Waits up to $2 seconds for no huddle node process to be left; 0 if none.
-no_node_managers() {
-  local i
-  for i in $(seq 1 $(($1 * 10))); do
-    [ -z "$(node_managers)" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
-
-# 0: a plain run, the reference output.
-t0=$SECONDS
-timeout -k 5 120 "${launcher[@]}" "${program[@]}" >"$tmp/plain.out" 2>"$tmp/plain.err"
-rc=$?
-if [ $rc -ne 0 ] || ! grep -q "checksum=" "$tmp/plain.out"; then
-  echo "FAIL the job without huddle: rc $rc"; tail -5 "$tmp/plain.err"; exit 1
-fi
-echo "     plain run: $(cat "$tmp/plain.out") ($((SECONDS - t0)) s)"
-
-# 1. huddle run --node-managers.
-rep=$tmp/report
-t0=$SECONDS
-timeout -k 5 150 "$huddle" run --node-managers --quiet --report "$rep" -- "${launcher[@]}" "${program[@]}" \
-  >"$tmp/run.out" 2>"$tmp/run.err"
-rc=$?
-secs=$((SECONDS - t0))
-if [ $rc -ne 0 ]; then
-  fail "huddle run --node-managers: rc $rc: $(grep -v '^\[' "$tmp/run.err" | tail -3)"
-elif ! cmp -s "$tmp/plain.out" "$tmp/run.out"; then
-  fail "huddle run --node-managers: the job's output differs: $(cat "$tmp/run.out")"
-else
-  pass "huddle run --node-managers: rc 0, the job's output equals the plain run's ($secs s)"
-fi
-for h in hA hB; do
-  if grep -q "node report in $rep/node-$h\$" "$tmp/run.err"; then
-    pass "huddle run names node $h's report"
-  else
-    fail "huddle run did not name node $h's report: $(grep -v '^\[' "$tmp/run.err" | tail -3)"
-  fi
-done
-# Per node: state done, own ranks only, partners pinned together, the pairs apart.
-if msg=$(python3 - "$rep" <<'EOF' 2>&1
-import json, sys, os
-rep = sys.argv[1]
-want = {"hA": [(0, 3), (1, 2)], "hB": [(4, 7), (5, 6)]}
-bad = []
-for host, pairs in want.items():
-    d = os.path.join(rep, "node-" + host)
-    try:
-        node = json.load(open(os.path.join(d, "node.json")))
-        tasks = json.load(open(os.path.join(d, "tasks.json")))
-        decisions = json.load(open(os.path.join(d, "decisions.json")))
-        run = json.load(open(os.path.join(d, "run.json")))
-    except Exception as e:
-        bad.append(f"{host}: {e}")
-        continue
-    if node.get("state") != "done" or node.get("host") != host:
-        bad.append(f"{host}: node.json says state {node.get('state')}, host {node.get('host')}")
-    ranks = {t["mpi_rank"]: t["index"] for t in tasks if t.get("mpi_rank") is not None}
-    mine = sorted(r for p in pairs for r in p)
-    if sorted(ranks) != mine:
-        bad.append(f"{host}: the report's ranks are {sorted(ranks)}, wanted this host's {mine}")
-        continue
-    if "PMPI agent" not in run.get("detection_source", ""):
-        bad.append(f"{host}: the board's traffic was not used: {run.get('detection_source')}")
-    pu = {}
-    for dec in decisions:
-        if dec["action"] == "migrate":
-            for k, t in enumerate(dec["tasks"]):
-                pu[t] = dec["mapping"][k]
-    at = {r: pu.get(i) for r, i in ranks.items()}
-    (a, b), (c, e) = pairs
-    if None in at.values():
-        bad.append(f"{host}: ranks never pinned: {at}")
-    elif not (at[a] == at[b] and at[c] == at[e] and at[a] != at[c]):
-        bad.append(f"{host}: final PUs {at}, wanted {a},{b} on one PU and {c},{e} on the other")
-    else:
-        delay = node.get("start_delay_s")
-        if delay is None or not 0 <= delay < 2:
-            bad.append(f"{host}: started {delay} s after its board was created (want < 2 s)")
-        else:
-            print(f"{host}: ranks {a},{b} pinned to PU {at[a]} and {c},{e} to PU {at[c]};"
-                  f" manager up {delay:.2f} s after the board, first remap {node.get('first_remap_s', 0):.2f} s later,"
-                  f" {node.get('migrations')} migrations, {node.get('huddle_cpu_s', 0):.2f} s of huddle CPU")
-if bad:
-    print("; ".join(bad))
-    sys.exit(1)
-EOF
-); then
-  while IFS= read -r l; do pass "node $l"; done <<<"$msg"
-else
-  fail "node reports: $msg"
-fi
-if ! no_node_managers 5; then
-  fail "huddle node processes left after huddle run returned: $(node_managers | tr '\n' ' ')"
-fi
-left=$(leftovers "$rep")
-if [ -z "$left" ]; then
-  pass "nothing left after the job: no huddle node process, board, scratch rank matrix or detection directory"
-else
-  fail "left behind: $(echo "$left" | tr '\n' ' ')"
-fi
-if [ -s "$rep/rank-matrix.csv" ] && [ "$(wc -l <"$rep/rank-matrix.csv")" -eq 8 ]; then
-  pass "the job's rank matrix (8x8, from rank 0) is in the report directory"
-else
-  fail "no 8-line rank-matrix.csv in $rep"
-fi
-# The job's page: both nodes, the matrix, and the advice (pairs stay inside the hosts, so
-# what ran, blocked by host, is what the advisor keeps).
-if grep -q "huddle job: 2 nodes, 8 ranks seen" "$rep/index.html" 2>/dev/null &&
-  grep -q 'href="node-hA/index.html"' "$rep/index.html" && grep -q 'href="node-hB/index.html"' "$rep/index.html" &&
-  grep -q "What ran already is the advised placement" "$rep/index.html"; then
-  pass "the job's page ($rep/index.html) links both nodes and advises keeping what ran"
-else
-  fail "no job page with both nodes and the advice in $rep/index.html"
-fi
-
-# 2. Started by the job alone (HUDDLE_NODE=1), and a node manager killed with SIGKILL.
+nt_plain_run "${launcher[@]}" "${program[@]}"
+nt_huddle_run "${launcher[@]}" "${program[@]}"
 rep=$tmp/report2
-t0=$SECONDS
-timeout -k 5 150 "${launcher[@]}" -x "LD_PRELOAD=$lib" -x HUDDLE_NODE=1 -x "HUDDLE_BIN=$huddle" \
-  -x "HUDDLE_NODE_REPORT=$rep" -x HUDDLE_RANK_MATRIX=none "${program[@]}" >"$tmp/kill.out" 2>"$tmp/kill.err" &
-JOB_PID=$!
-victim=
-for _ in $(seq 1 150); do
-  victim=$(sed -n 's/^ *"pid": \([0-9]*\).*/\1/p' "$rep/node-hA/node.json" 2>/dev/null)
-  [ -n "$victim" ] && break
-  sleep 0.1
-done
-if [ -z "$victim" ]; then
-  fail "HUDDLE_NODE=1: no node manager reported into $rep/node-hA within 15 s"
-elif ! tr '\0' ' ' 2>/dev/null <"/proc/$victim/cmdline" | grep -q "^$huddle node "; then
-  fail "HUDDLE_NODE=1: node.json names pid $victim, which is no running huddle node"
-elif ! kill -0 "$JOB_PID" 2>/dev/null; then
-  fail "the job ended before its node manager could be killed (make NODE_TEST_ITERS larger)"
-else
-  sleep 0.5 # let it pin first: the ranks must survive a manager killed in the middle
-  kill -KILL "$victim"
-  pass "HUDDLE_NODE=1 without huddle run: node manager of hA (pid $victim) started, killed with SIGKILL while the job ran"
-fi
-wait "$JOB_PID"
-rc=$?
-JOB_PID=
-if [ $rc -eq 0 ] && cmp -s "$tmp/plain.out" "$tmp/kill.out"; then
-  pass "after the SIGKILL the job ran to completion: rc 0, the same output ($((SECONDS - t0)) s)"
-else
-  fail "after the SIGKILL: rc $rc, output '$(cat "$tmp/kill.out")': $(grep -v '^\[' "$tmp/kill.err" | tail -3)"
-fi
-# Nobody waits for hB's manager here: give it the time to write its report.
-for _ in $(seq 1 200); do
-  grep -q '"state": "done"' "$rep/node-hB/node.json" 2>/dev/null && break
-  sleep 0.1
-done
-if grep -q '"state": "done"' "$rep/node-hB/node.json" 2>/dev/null && [ -s "$rep/node-hB/index.html" ]; then
-  pass "hB's node manager finished its report ($(grep -c '"action": "migrate"' "$rep/node-hB/decisions.json") migrations)"
-else
-  fail "hB's node manager did not finish: $(cat "$rep/node-hB/node.log" 2>/dev/null | tail -2)"
-fi
-if [ -e "/proc/$victim" ]; then fail "the killed node manager $victim is still there"; fi
-no_node_managers 10
-left=$(leftovers "$rep")
-if [ -z "$left" ]; then
-  pass "nothing left after the job with a killed node manager"
-else
-  fail "left behind after the job with a killed node manager: $(echo "$left" | tr '\n' ' ')"
-fi
-
-[ $fails -eq 0 ] || { echo "$fails node-manager check(s) failed"; exit 1; }
+nt_sigkill_run "$rep" "${launcher[@]}" -x "LD_PRELOAD=$lib" -x HUDDLE_NODE=1 -x "HUDDLE_BIN=$huddle" \
+  -x "HUDDLE_NODE_REPORT=$rep" -x HUDDLE_RANK_MATRIX=none "${program[@]}"
+nt_summary node-manager
