@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Node managers (`huddle node`, docs/cluster.md) under a real Slurm on two hosts made of
+# network namespaces: Debian's munged, slurmctld and one slurmd per host (hA, hB of
+# mpi/svm/tests/netns-hosts.sh), configured, started and removed by this script
+# (tests/node/slurm-hosts.sh); the job is launched with `srun -N 2 -n 8` and Open MPI's ranks
+# get their PMIx server from slurmstepd (srun's --mpi=pmix, the test cluster's default).
+#
+# The job and the checks are those of tests/node-managers.sh (tests/node/common.sh): ranks
+# (0,3),(1,2) on hA and (4,7),(5,6) on hB exchange 256 KiB per iteration.
+#  1. `huddle run --node-managers --report DIR -- srun -N 2 -n 8 ./pairs ...`: the job prints
+#     what it prints without huddle; a node manager ran on each host, attached to the ranks'
+#     parent (slurmstepd), saw only its own host's ranks and pinned partners on one PU and
+#     the pairs apart; nothing is left; DIR/index.html has both nodes.
+#  2. Without huddle (`srun --export=ALL,LD_PRELOAD=...,HUDDLE_NODE=1,...`, as a user would):
+#     both node managers start; hA's is killed with SIGKILL while the job runs; the job ends
+#     normally with the same output, hB's finishes its report, nothing is left behind.
+# Afterwards no Slurm or munge daemon, step or file of this test is left (checked too).
+# Skips (exit 0) only when the kernel refuses namespaces; a missing Slurm is a failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+huddle=$root/target/release/huddle
+lib=$root/build/mpi/openmpi/libhuddle_pmpi.so
+DAEMON=slurmstepd
+
+for f in "$huddle" "$lib"; do
+  [ -e "$f" ] || { echo "FAIL $f missing: run make build (and make build-pmpi)"; exit 1; }
+done
+command -v mpicc.openmpi >/dev/null ||
+  { echo "FAIL Open MPI (mpicc.openmpi) not found: run scripts/bootstrap"; exit 1; }
+
+# shellcheck source=../mpi/svm/tests/netns-hosts.sh
+. mpi/svm/tests/netns-hosts.sh
+# shellcheck source=node/slurm-hosts.sh
+. tests/node/slurm-hosts.sh
+# shellcheck source=node/common.sh
+. tests/node/common.sh
+missing=$(sl_missing | tr '\n' ' ')
+[ -z "$missing" ] || { echo "FAIL Slurm or munge not installed (no ${missing% }): run scripts/bootstrap --slurm"; exit 1; }
+
+tmp=$(mktemp -d /tmp/huddle-node-slurm.XXXXXX)
+cleanup() {
+  [ -z "$JOB_PID" ] || kill -TERM "$JOB_PID" 2>/dev/null
+  sl_down
+  nh_down
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mpicc.openmpi -O2 -Wall -o "$tmp/pairs" tests/node/pairs.c || { echo "FAIL cannot build tests/node/pairs.c"; exit 1; }
+nh_up
+case $? in
+  0) ;;
+  3) echo "SKIP: node managers under Slurm: the kernel refused network/UTS/IPC namespaces"; exit 0 ;;
+  *) echo "FAIL cannot set up the namespace hosts"; exit 1 ;;
+esac
+t0=$SECONDS
+sl_up || { echo "FAIL cannot start Slurm on the namespace hosts (see above)"; exit 1; }
+echo "     Slurm up: $(sinfo -h -o '%D nodes %t (%N)') ($((SECONDS - t0)) s)"
+slurm_dir=$SL_DIR
+
+# Open MPI's ranks, as srun starts them: TCP between hosts over the namespace network only;
+# mpi_yield_when_idle: 8 ranks share 2 CPUs, so waiting ranks must not spin. srun passes its
+# whole environment on (--export=ALL).
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=$NH_NET.0/24 OMPI_MCA_mpi_yield_when_idle=1
+launcher=(srun -N 2 -n 8)
+program=("$tmp/pairs" 4 "$ITERS" "$BYTES")
+
+nt_plain_run "${launcher[@]}" "${program[@]}"
+nt_huddle_run "${launcher[@]}" "${program[@]}"
+rep=$tmp/report2
+nt_sigkill_run "$rep" "${launcher[@]}" \
+  "--export=ALL,LD_PRELOAD=$lib,HUDDLE_NODE=1,HUDDLE_BIN=$huddle,HUDDLE_NODE_REPORT=$rep,HUDDLE_RANK_MATRIX=none" \
+  "${program[@]}"
+
+# Slurm is gone with the test's hosts: no daemon, step or rank of it, no file of it.
+sl_down
+nh_down
+left=$(pgrep -a -f "$slurm_dir|$tmp/pairs|slurmstepd" | tr '\n' ';')
+[ ! -e "$slurm_dir" ] || left+=" $slurm_dir"
+if [ -z "$left" ]; then
+  pass "Slurm stopped: no munged, slurmctld, slurmd, slurmstepd or rank left, $slurm_dir removed"
+else
+  fail "left after stopping Slurm: $left"
+fi
+nt_summary "node-manager (Slurm)"
