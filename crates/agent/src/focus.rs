@@ -17,24 +17,33 @@
 //! pages, the edge between two tasks' data, are probed as above. A block edge is found in
 //! log2(distance) probes.
 //!
-//! Which of the two searches gets the budget depends on what probes find (`Outcomes`). While
-//! under one probe in 16 (of the last 16 or more) finds a page shared, sharing is taken to be
-//! rare and at block edges ("searching"): bisection steps go first, narrowest bracket first
-//! and one per bracket, so that edges are found one after the other; a step that faulted is
-//! not probed (it said whose the page is); each page of an edge gets EDGE_TRIES probes, and
-//! once one side is found shared the other side gets no more; pages found shared come next;
-//! only one uniform sample in SAMPLE_PROBE_EVERY is probed, once, and last (enough to notice
-//! that probes start finding sharing; edge probes do not count there, they look where sharing
-//! is by construction). While probes do find sharing (heap buffers read whole by another
-//! task), every sample is probed and all due pages are served longest due first: there the
-//! steps only split buffers both sides share anyway, and serving them first cost bench/detect's
-//! 32-thread pipeline and master-worker about 0.08 of r.
+//! Which of the two searches gets the budget depends on what probes find (`Outcomes`). Until
+//! 16 probes are done every sample is probed once, and those probes go first, so that the
+//! phase is known within a fraction of a second. While under one probe in 16 (of the last
+//! 16 or more) finds a page shared, sharing is taken to be rare and at block edges
+//! ("searching"; also before the probes have said): each round serves one page per pair of
+//! tasks found sharing, the bisection steps, narrowest bracket first and one per bracket, so
+//! that edges are found one after the other, and the first tries of edge pages; then the
+//! later tries of edge pages, one per pair of tasks either side of the edge. A step that
+//! faulted is not probed (it said whose the page is); each page of an edge gets EDGE_TRIES
+//! probes, and once one side is found shared the other side gets no more; a pair's pages
+//! share the re-arm period; only one uniform sample in SAMPLE_PROBE_EVERY is probed, once,
+//! and last (enough to notice that probes start finding sharing; edge probes do not count
+//! there, they look where sharing is by construction). While probes do find sharing (heap buffers read whole by another task),
+//! every sample is probed twice and all due pages are served in turns of pairs, longest due
+//! first: there the steps only split buffers both sides share anyway, and serving them first
+//! cost bench/detect's 32-thread pipeline and master-worker about 0.08 of r.
 //!
-//! The re-arm thread gives at most half of each tick's budget to due pages, the rest stays
-//! uniform. Pure bookkeeping (no system calls), under the agent's lock.
+//! The re-arm thread gives at most half of each tick's budget to due pages (three quarters
+//! while searching), the rest stays uniform, and wakes sooner while steps wait for their
+//! faults. Pure bookkeeping (no system calls), under the agent's lock.
 
 pub const PROBE_DELAY_NS: u64 = 50_000_000;
-pub const FOCUS_PERIOD_NS: u64 = 50_000_000;
+/// How often a page found shared is re-armed at most (while searching, a pair's pages
+/// together). A halo's iteration takes milliseconds; at 50 ms its few edge pages could not
+/// use the budget of the first 1.5 s (layout-c halo x4, 2026-11-26: 27-32 events 0.8 s
+/// into the run, 30-54 at 20 ms).
+pub const FOCUS_PERIOD_NS: u64 = 20_000_000;
 /// A page re-armed but not touched within this time is forgotten.
 const UNTOUCHED_NS: u64 = 1_000_000_000;
 /// A page due this long ago and not re-armed yet (the budget went elsewhere) is dropped.
@@ -64,7 +73,7 @@ const PROBE_TRIES: u8 = 2;
 /// other, so the neighbour comes first after a re-arm about one time in two on one side of
 /// the edge and hardly ever on the other.
 const EDGE_TRIES: u8 = 8;
-/// While searching, the first this many go before the pages found shared, the rest after.
+/// While searching, the first this many go with the steps, the rest after them.
 const EDGE_FIRST_TRIES: u8 = 2;
 /// While searching, one uniform sample in this many is probed (enough to tell when probes
 /// start finding sharing); the others, and bisection steps, are not probed at all.
@@ -98,10 +107,28 @@ impl Outcomes {
         }
     }
 
-    /// Under one probe in 16 found a page shared (over at least 16 probes).
-    fn searching(&self) -> bool {
-        self.done >= 16 && self.shared * 16 < self.done
+    /// Under 16 probes done: not known yet. Then under one in 16 found a page shared:
+    /// searching; else sharing is spread.
+    fn phase(&self) -> Phase {
+        if self.done < 16 {
+            Phase::Unknown
+        } else if self.shared * 16 < self.done {
+            Phase::Searching
+        } else {
+            Phase::Spread
+        }
     }
+}
+
+/// What the probes say of where sharing is (see `Outcomes`). Until they say, the table works
+/// as while searching, but probes every sample, once, so that they say it soon: at two
+/// probes each and served by how long they were due, the first 16 outcomes took 0.8 s of
+/// layout-c halo x4, and the bisection waited for them.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Phase {
+    Unknown,
+    Searching,
+    Spread,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -122,8 +149,16 @@ struct Entry {
     tries: u8,
     /// A page either side of an edge between two tasks' blocks.
     edge: bool,
+    /// For an edge page, the two tasks either side (`pair_key`): it takes turns with the
+    /// pages found shared by that pair.
+    between: u64,
     /// A bisection step: the width of the bracket it halves, in bytes.
     gap: u64,
+}
+
+/// One key for the pair of tasks `a` and `b`, whichever order.
+fn pair_key(a: u32, b: u32) -> u64 {
+    (a.min(b) as u64) << 32 | a.max(b) as u64
 }
 
 /// All-zero is an empty table (it lives in the agent's zeroed State mapping).
@@ -145,6 +180,12 @@ pub struct Focus {
 }
 
 impl Focus {
+    /// Whether probes lately rarely find sharing, so that bisection steps lead (see
+    /// `Outcomes`).
+    pub fn searching(&self) -> bool {
+        self.probes.phase() == Phase::Searching
+    }
+
     /// Task `tid` faulted at `now` on re-armed page `page`.
     pub fn fault(&mut self, page: u64, tid: u32, now: u64) {
         self.track(page, tid, now);
@@ -152,22 +193,40 @@ impl Focus {
     }
 
     fn track(&mut self, page: u64, tid: u32, now: u64) {
-        let searching = self.probes.searching();
+        let phase = self.probes.phase();
+        let searching = phase != Phase::Spread;
         let Some(k) = self.entries.iter().position(|e| e.page == page) else {
             // A uniform sample: probe it once more. While searching, a sample's probes
             // would find sharing under one time in 16 and took most of the budget the
             // bisection needs (layout-c halo x8: edges of 1-2 of 7 pairs found in 8 s).
             self.samples = self.samples.wrapping_add(1);
-            if !searching {
-                let _ = self.add(page, now + PROBE_DELAY_NS, Some(tid), PROBE_TRIES);
-            } else if self.samples.is_multiple_of(SAMPLE_PROBE_EVERY) {
-                let _ = self.add(page, now + PROBE_DELAY_NS, Some(tid), 1);
-            }
+            let tries = match phase {
+                Phase::Spread => PROBE_TRIES,
+                Phase::Unknown => 1,
+                Phase::Searching if self.samples.is_multiple_of(SAMPLE_PROBE_EVERY) => 1,
+                Phase::Searching => return,
+            };
+            let _ = self.add(page, now + PROBE_DELAY_NS, Some(tid), tries);
             return;
+        };
+        // While searching, a pair's pages share the period: with the budget to spare (the
+        // first 1.5 s), a pair found on two pages got twice the re-arms, and events, of a
+        // pair found on one (halo x4: a first remap cut two links of three). Where sharing
+        // is spread the budget is short anyway and the turns share it (pipeline x32 lost
+        // 0.07 of r with the shared period).
+        let pages = match self.entries[k].ntids {
+            2 if searching => {
+                let pair = pair_key(self.entries[k].tids[0], self.entries[k].tids[1]);
+                let of_pair = |e: &Entry| {
+                    e.page != 0 && e.ntids == 2 && pair_key(e.tids[0], e.tids[1]) == pair
+                };
+                self.entries.iter().filter(|e| of_pair(e)).count() as u64
+            }
+            _ => 1,
         };
         let e = &mut self.entries[k];
         e.armed = false;
-        e.due = now + FOCUS_PERIOD_NS;
+        e.due = now + FOCUS_PERIOD_NS * pages;
         if e.ntids == 0 && searching && !e.edge {
             // A bisection step has done its job: it said whose the page is.
             e.page = 0;
@@ -246,15 +305,21 @@ impl Focus {
             }
             let gap = q.abs_diff(page);
             if gap == PAGE {
-                if self.probes.searching() {
+                if self.probes.phase() != Phase::Spread {
                     // Each side of the edge is probed EDGE_TRIES times, at most once per
                     // EDGE_REPROBE_NS (a fault on one side finds the other again and again).
+                    let between = pair_key(tid, t);
                     for p in [page, q] {
                         if self.new_edge(p, now) {
                             match self.entries.iter_mut().find(|e| e.page == p) {
-                                Some(e) => (e.tries, e.edge) = (e.tries.max(EDGE_TRIES), true),
+                                Some(e) => {
+                                    (e.tries, e.edge, e.between) =
+                                        (e.tries.max(EDGE_TRIES), true, between)
+                                }
                                 None => {
-                                    self.add(p, now, None, EDGE_TRIES);
+                                    if let Some(e) = self.add(p, now, None, EDGE_TRIES) {
+                                        e.between = between;
+                                    }
                                 }
                             }
                         }
@@ -324,6 +389,7 @@ impl Focus {
             same: 0,
             tries,
             edge: tries == EDGE_TRIES,
+            between: 0,
             gap: 0,
         };
         Some(e)
@@ -332,8 +398,10 @@ impl Focus {
     /// Fills `out` with the pages due at `now` (marking them armed) and returns how many:
     /// round-robin over the pairs of tasks, longest due first within each round, so that
     /// every pair found sharing gets about the same share of a budget too small for all.
-    /// While searching (see `Outcomes`), bisection steps and edge probes go first, narrowest
-    /// bracket first, then the pages found shared, then the probes of uniform samples.
+    /// While searching (see `Outcomes`), a round is a page of each pair found, the bisection
+    /// steps (narrowest bracket first) and the first tries of edge pages, then the later
+    /// edge tries by pair; probes of uniform samples come last (first until the probes have
+    /// said where sharing is).
     /// Forgets pages armed earlier and never touched since, and probes and bisection steps
     /// due for over STALE_NS that the budget never reached. (Serving pages found shared
     /// first starved the search: a pipeline's first pair found kept the budget and the other
@@ -344,7 +412,7 @@ impl Focus {
     /// block edges only, steps served in turn with everything else went breadth first:
     /// layout-c halo x8 found its first of 21 edges after 150 steps, 1.4 s.)
     pub fn take_due(&mut self, now: u64, out: &mut [u64]) -> usize {
-        let searching = self.probes.searching();
+        let phase = self.probes.phase();
         // (class, pair key, order key, due, entry); probes and steps are pairs of their own.
         let mut due = [(0u8, 0u64, 0u64, 0u64, 0u16); ENTRIES];
         let mut ndue = 0;
@@ -357,18 +425,30 @@ impl Focus {
                 continue;
             }
             let pair = if e.ntids == 2 {
-                let (a, b) = (e.tids[0].min(e.tids[1]), e.tids[0].max(e.tids[1]));
-                (a as u64) << 32 | b as u64
+                pair_key(e.tids[0], e.tids[1])
+            } else if e.between != 0 {
+                e.between
             } else {
                 u64::MAX - k as u64
             };
-            let (class, key) = match (searching, e.ntids) {
-                (false, _) => (0, 0),
-                (true, 2) => (1, 0),
-                // An edge page's first probes; the neighbour comes first on one side of
-                // the edge about one time in two, so later ones mostly find the owner again.
-                (true, _) if e.ntids == 0 || (e.edge && e.same < EDGE_FIRST_TRIES) => (0, e.gap),
-                (true, _) => (2, 0),
+            // While searching, a round serves a page of each pair found, the steps
+            // (narrowest bracket first) and the first tries of edge pages; then the later
+            // tries of edge pages, one per pair of tasks either side; then probes of samples.
+            // Served after every step, the pages of the first pairs found waited while the
+            // bisection went on elsewhere (halo x4: pairs found at 0.2-0.4 s, their pages
+            // re-armed once between 0.5 and 0.75 s); served after every page found shared,
+            // the later edge tries starved and went stale once two pairs of three were
+            // found; as turns of their own, edges of a field only its owner reads took a
+            // third of the focus budget. Until the probes say where sharing is, theirs go
+            // first: the phase waits on their outcomes (served after the steps and edges,
+            // pipeline x32 stayed unjudged for all of a 2-s run, r 0.6-0.7 against 0.9).
+            let (class, key) = match phase {
+                Phase::Spread => (0, 0),
+                Phase::Unknown if e.ntids == 1 && !e.edge => (0, 0),
+                _ if e.ntids == 2 => (0, 0),
+                _ if e.ntids == 0 || (e.edge && e.same < EDGE_FIRST_TRIES) => (0, e.gap),
+                _ if e.edge => (1, 0),
+                _ => (2, 0),
             };
             due[ndue] = (class, pair, key, e.due, k as u16);
             ndue += 1;
@@ -397,6 +477,22 @@ impl Focus {
         }
         self.rearms += n as u64;
         n
+    }
+
+    /// When the re-arm thread should look at the table next: when its next page not armed
+    /// yet falls due (`now` if one is due already), or within `soon` while a bisection
+    /// step waits for its fault (which makes the next step, due at once).
+    pub fn next_due(&self, now: u64, soon: u64) -> Option<u64> {
+        self.entries
+            .iter()
+            .filter(|e| e.page != 0)
+            .map(|e| match (e.armed, e.ntids) {
+                (false, _) => e.due.max(now),
+                (true, 0) => now + soon,
+                (true, _) => u64::MAX,
+            })
+            .min()
+            .filter(|&at| at != u64::MAX)
     }
 
     /// The page was not re-armed after all (taken out by the program, no free slot): it is
@@ -454,7 +550,18 @@ mod tests {
             done: 16,
             shared: 0,
         };
-        assert!(f.probes.searching());
+        assert_eq!(f.probes.phase(), Phase::Searching);
+        f
+    }
+
+    /// A table whose probes found sharing often: spread.
+    fn spread_table() -> Box<Focus> {
+        let mut f = table();
+        f.probes = Outcomes {
+            done: 16,
+            shared: 8,
+        };
+        assert_eq!(f.probes.phase(), Phase::Spread);
         f
     }
 
@@ -468,7 +575,7 @@ mod tests {
 
     #[test]
     fn a_sample_is_probed_and_a_private_page_leaves() {
-        let mut f = table();
+        let mut f = spread_table();
         f.fault(0x1000, 7, 0);
         assert!(
             due(&mut f, 10 * MS).is_empty(),
@@ -485,7 +592,7 @@ mod tests {
 
     #[test]
     fn a_shared_page_is_re_armed_every_period_until_one_task_keeps_it() {
-        let mut f = table();
+        let mut f = spread_table();
         f.fault(0x2000, 1, 0);
         assert_eq!(due(&mut f, 50 * MS), [0x2000]);
         f.fault(0x2000, 2, 60 * MS);
@@ -507,14 +614,14 @@ mod tests {
 
     #[test]
     fn barrier_pages_and_untouched_pages_leave() {
-        let mut f = table();
+        let mut f = spread_table();
         f.fault(0x3000, 1, 0);
         assert_eq!(due(&mut f, 50 * MS), [0x3000]);
         f.fault(0x3000, 2, 50 * MS);
         assert_eq!(due(&mut f, 100 * MS), [0x3000]);
         f.fault(0x3000, 3, 100 * MS);
         assert_eq!(f.len(), 0, "a third task: a flag or barrier page");
-        let mut g = table();
+        let mut g = spread_table();
         g.fault(0x4000, 1, 0);
         assert_eq!(due(&mut g, 50 * MS), [0x4000]);
         assert!(due(&mut g, 500 * MS).is_empty());
@@ -563,18 +670,18 @@ mod tests {
         for _ in 0..15 {
             o.done(false);
         }
-        assert!(!o.searching(), "too few probes to judge");
+        assert_eq!(o.phase(), Phase::Unknown, "too few probes to judge");
         o.done(false);
-        assert!(o.searching());
+        assert_eq!(o.phase(), Phase::Searching);
         for _ in 0..2 {
             o.done(true);
         }
-        assert!(!o.searching(), "2 of 18 found sharing");
+        assert_eq!(o.phase(), Phase::Spread, "2 of 18 found sharing");
         // The window halves: old outcomes fade.
         for _ in 0..200 {
             o.done(false);
         }
-        assert!(o.done < OUTCOMES_WINDOW && o.searching());
+        assert!(o.done < OUTCOMES_WINDOW && o.phase() == Phase::Searching);
     }
 
     #[test]
@@ -597,8 +704,8 @@ mod tests {
             n69 >= EDGE_TRIES as usize - 1,
             "page 69 probed {n69} times: {seen:?}"
         );
-        // Not searching: the edge's other side gets an ordinary probe only.
-        let mut g = table();
+        // Spread: the edge's other side gets an ordinary probe only.
+        let mut g = spread_table();
         g.fault(69 << 12, 1, 0);
         g.fault(70 << 12, 2, 0);
         let mut n = 0;
@@ -628,10 +735,11 @@ mod tests {
     }
 
     #[test]
-    fn while_searching_steps_go_first_narrowest_bracket_first() {
+    fn while_searching_a_round_is_a_page_per_pair_then_steps_narrowest_first() {
         let mut f = searching_table();
-        // A shared page and a sample's probe, both due long ago.
+        // Two pages of one pair found shared and a sample's probe, all due long ago.
         entry(&mut f, 1 << 40, &[1, 2], 0);
+        entry(&mut f, 3 << 40, &[1, 2], 0);
         entry(&mut f, 2 << 40, &[3], 0);
         let t = 400 * MS;
         // Two brackets: 64 pages wide at 1 GiB, 16 wide at 2 GiB (task 2 between them).
@@ -649,24 +757,167 @@ mod tests {
             }
             v
         };
-        assert_eq!(take(&mut f, 1), [(2 << 30) + (8 << 12)], "the narrow one");
+        // The pair's pages take its turn one after the other (longest due first).
+        let pair = |v: &[u64]| v.iter().filter(|&&p| p == 1 << 40 || p == 3 << 40).count();
+        let steps = |v: &[u64]| {
+            v.iter()
+                .filter(|&&p| p < 1 << 40)
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        let v = take(&mut f, 1);
+        assert_eq!((pair(&v), steps(&v)), (1, vec![]), "the pair's turn");
+        let v = take(&mut f, 2);
         assert_eq!(
-            take(&mut f, 2),
-            [(1 << 30) + (32 << 12), (2 << 30) + (8 << 12)]
+            (pair(&v), steps(&v)),
+            (1, vec![2 << 30 | 8 << 12]),
+            "the narrow step"
         );
-        assert_eq!(
-            take(&mut f, 3),
-            [1 << 30 | 32 << 12, 2 << 30 | 8 << 12, 1 << 40],
-            "then shared"
-        );
-        assert_eq!(take(&mut f, 4).last(), Some(&(2 << 40)), "the probe last");
-        // Not searching: longest due first (the shared page and the probe).
-        let mut g = table();
+        let v = take(&mut f, 3);
+        let both = vec![1 << 30 | 32 << 12, 2 << 30 | 8 << 12];
+        assert_eq!((pair(&v), steps(&v)), (1, both.clone()), "the wide one");
+        let v = take(&mut f, 4);
+        assert_eq!((pair(&v), steps(&v)), (2, both), "the pair's second page");
+        assert!(take(&mut f, 5).contains(&(2 << 40)), "the probe last");
+        // Spread: in turns of pairs, longest due first (the shared page and the probe).
+        let mut g = spread_table();
         entry(&mut g, 1 << 40, &[1, 2], 0);
         entry(&mut g, 2 << 40, &[3], 0);
         g.fault(1 << 30, 1, t);
         g.fault((1 << 30) + (64 << 12), 2, t);
         assert_eq!(take(&mut g, 2), [1 << 40, 2 << 40]);
+    }
+
+    #[test]
+    fn until_probes_judge_every_sample_is_probed_once_and_first() {
+        let mut f = table();
+        assert_eq!(f.probes.phase(), Phase::Unknown);
+        // Samples of task 3, far apart (no bisection between them).
+        for k in 1..=8u64 {
+            f.fault(k << 32, 3, 0);
+        }
+        assert!(
+            f.entries
+                .iter()
+                .filter(|e| e.page != 0)
+                .all(|e| e.tries == 1),
+            "every sample probed, once"
+        );
+        // Three pages found shared by tasks 1 and 2, and a bisection step: the pair's turn
+        // and the probes go before the step and the pair's other pages.
+        for k in 1..=3u64 {
+            entry(&mut f, (100 + k) << 32, &[1, 2], 0);
+        }
+        f.fault(1 << 30, 4, 0);
+        f.fault((1 << 30) + (64 << 12), 5, 0);
+        let mut out = [0u64; 9];
+        let n = f.take_due(PROBE_DELAY_NS, &mut out);
+        let shared = out[..n].iter().filter(|&&p| p >> 32 > 100).count();
+        let step = out[..n].contains(&(1 << 30 | 32 << 12));
+        assert_eq!((n, shared, step), (9, 1, false), "{:x?}", &out[..n]);
+        // Each probe's outcome comes with its first fault.
+        for &p in &out[..n] {
+            f.fault(p, if p >> 32 > 100 { 1 } else { 3 }, PROBE_DELAY_NS);
+        }
+        assert_eq!((f.probes.done, f.probes.shared), (8, 0));
+    }
+
+    #[test]
+    fn while_searching_an_edge_takes_turns_as_the_pair_either_side() {
+        let mut f = searching_table();
+        for k in 1..=3u64 {
+            entry(&mut f, (100 + k) << 32, &[1, 2], 0);
+        }
+        // Edges between tasks 5 and 6 (no page of theirs found yet) and between 1 and 2.
+        for (page, between) in [(7u64 << 32, pair_key(5, 6)), (8 << 32, pair_key(2, 1))] {
+            let e = f.entries.iter_mut().find(|e| e.page == 0).unwrap();
+            *e = Entry {
+                page,
+                tids: [5, 0],
+                ntids: 1,
+                last: 5,
+                tries: EDGE_TRIES,
+                edge: true,
+                between,
+                ..Entry::default()
+            };
+        }
+        entry(&mut f, 9 << 32, &[6], 0); // a sample's probe
+        let take = |f: &mut Focus, n: usize| {
+            let mut out = [0u64; 8];
+            let n = f.take_due(MS, &mut out[..n]);
+            let mut got = out[..n].to_vec();
+            got.sort_unstable();
+            for &p in &got {
+                f.not_armed(p, 0);
+            }
+            got
+        };
+        let got = take(&mut f, 2);
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            got[0],
+            7 << 32,
+            "the edge of a pair not found: a turn of its own"
+        );
+        assert!(got[1] >> 32 > 100, "and one page of pair (1, 2): {got:x?}");
+        // Past their first tries, edges come after the pages found, before the probe.
+        for e in f.entries.iter_mut().filter(|e| e.edge) {
+            e.same = EDGE_FIRST_TRIES;
+        }
+        let got = take(&mut f, 5);
+        assert!(
+            got.contains(&(7 << 32)) && got.contains(&(8 << 32)),
+            "{got:x?}"
+        );
+        assert!(!got.contains(&(9 << 32)), "{got:x?}");
+    }
+
+    #[test]
+    fn while_searching_a_pairs_pages_share_the_period() {
+        let mut f = searching_table();
+        entry(&mut f, 1 << 40, &[1, 2], 0);
+        entry(&mut f, 3 << 40, &[1, 2], 0);
+        entry(&mut f, 5 << 40, &[3, 4], 0);
+        for (page, tid) in [(1 << 40, 2), (5 << 40, 4)] {
+            f.fault(page, tid, 10 * MS);
+        }
+        let due_of = |f: &Focus, page: u64| f.entries.iter().find(|e| e.page == page).unwrap().due;
+        assert_eq!(
+            due_of(&f, 1 << 40),
+            10 * MS + 2 * FOCUS_PERIOD_NS,
+            "two pages"
+        );
+        assert_eq!(due_of(&f, 5 << 40), 10 * MS + FOCUS_PERIOD_NS, "one page");
+        let mut g = spread_table();
+        entry(&mut g, 1 << 40, &[1, 2], 0);
+        entry(&mut g, 3 << 40, &[1, 2], 0);
+        g.fault(1 << 40, 2, 10 * MS);
+        assert_eq!(
+            due_of(&g, 1 << 40),
+            10 * MS + FOCUS_PERIOD_NS,
+            "spread: each its own"
+        );
+    }
+
+    #[test]
+    fn the_next_look_is_when_a_page_falls_due_or_soon_while_a_step_waits() {
+        let mut f = searching_table();
+        assert_eq!(f.next_due(0, MS), None, "an empty table");
+        entry(&mut f, 1 << 40, &[1, 2], 30 * MS);
+        assert_eq!(f.next_due(10 * MS, MS), Some(30 * MS));
+        assert_eq!(f.next_due(40 * MS, MS), Some(40 * MS), "due already");
+        let _ = due(&mut f, 40 * MS);
+        assert_eq!(
+            f.next_due(40 * MS, MS),
+            None,
+            "armed, waiting for its fault"
+        );
+        // A bisection step armed: its fault makes the next step, due at once.
+        f.fault(1 << 30, 1, 40 * MS);
+        f.fault((1 << 30) + (64 << 12), 2, 40 * MS);
+        let _ = due(&mut f, 41 * MS);
+        assert_eq!(f.next_due(41 * MS, MS), Some(42 * MS));
     }
 
     #[test]
@@ -760,7 +1011,7 @@ mod tests {
 
     #[test]
     fn forget_and_not_armed() {
-        let mut f = table();
+        let mut f = spread_table();
         for p in 1..=4u64 {
             f.fault(p << 12, 1, 0);
         }
@@ -778,13 +1029,13 @@ mod tests {
 
     #[test]
     fn probes_and_pairs_are_bounded() {
-        let mut f = table();
+        let mut f = spread_table();
         for p in 1..=(ENTRIES as u64) {
             f.fault(p << 12, 1, 0);
         }
         assert_eq!(f.len(), MAX_PROBES, "probes of single samples");
         // Pages tasks 1 and 2 take turns on: PER_PAIR of them stay in focus.
-        let mut g = table();
+        let mut g = spread_table();
         let pages: Vec<u64> = (0..PER_PAIR as u64 + 5)
             .map(|p| (p * 16 + 1000) << 12)
             .collect();
@@ -820,7 +1071,7 @@ mod tests {
 
     #[test]
     fn a_small_budget_is_shared_among_pairs_not_pages() {
-        let mut f = table();
+        let mut f = spread_table();
         // Pair (1, 2) has PER_PAIR pages in focus, pair (3, 4) one, found a little later; all
         // too far apart for bisection steps between them.
         const FAR: u64 = 1 << 40;

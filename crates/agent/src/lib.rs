@@ -53,9 +53,11 @@
 //! once the program registers a userfaultfd range itself (`ioctl` is interposed: the agent
 //! unregisters everything and steps back before the program's call proceeds).
 //!
-//! Where the budget goes: up to half of each tick's pages go to the focus table
-//! (the focus module: a probe after each sampled fault, pages two tasks take turns on, and a
-//! bisection towards the edge between two tasks' data), the rest to a uniform sample.
+//! Where the budget goes: up to half of each tick's pages (three quarters while it searches
+//! for block edges) go to the focus table (the focus module: a probe after each sampled
+//! fault, pages two tasks take turns on, and a bisection towards the edge between two tasks'
+//! data), the rest to a uniform sample. The re-arm thread wakes every 10 ms at least while a
+//! focus page falls due or a bisection step waits for its fault.
 //!
 //! Thread stacks are eligible: glibc stacks are anonymous mappings that the kernel merges
 //! with neighbouring anonymous memory, so they cannot be told apart reliably, and a
@@ -141,6 +143,10 @@ const INDEX_MAX_AGE_NS: u64 = 4_000_000_000;
 const PAGES_PER_WAKE: f64 = 16.0;
 /// Focus pages (see the focus module) re-armed per tick at most.
 const FOCUS_PER_TICK: usize = 64;
+/// The re-arm thread's shortest sleep while focus pages are due: a bisection step faults
+/// within a few milliseconds, and at one step per 50-ms tick (16 pages a wake at the
+/// 300 pages/s floor) the ten steps to a block edge took half a second (layout-c halo).
+const FOCUS_TICK_NS: u64 = 10_000_000;
 /// Pages zero-filled at a first touch (see zero_fill).
 const ZERO_AHEAD: usize = 16;
 /// A dropped page nobody touched within this time is put back. Short, because pages of a
@@ -170,6 +176,8 @@ struct State {
     private: bool,
     rng: u64,
     budget: f64,
+    /// The focus table's part of the budget not spent yet (see rearm::rearm).
+    focus_credit: f64,
     regions: [Region; MAX_REGIONS],
     nregions: usize,
     total_pages: u64,

@@ -85,6 +85,14 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             // master-worker x32 threads fell from r 0.92 to 0.85; at 16 it kept 0.92.
             let shortest = st.interval_ms as u64 * 1_000_000;
             period = ((PAGES_PER_WAKE * 1e9 / per_s) as u64).clamp(shortest, SCAN_NS.max(shortest));
+            // Sooner when a focus page falls due before then (or a bisection step may fault),
+            // though not under FOCUS_TICK_NS.
+            lock();
+            let focus_due = st.focus.next_due(now, FOCUS_TICK_NS);
+            unlock();
+            if let Some(due) = focus_due {
+                period = period.min(due.saturating_sub(now).max(FOCUS_TICK_NS.max(shortest)));
+            }
             st.budget = (st.budget + per_s * dt).min(per_s); // at most one second's worth
             if view.header().paused.load(Ordering::Relaxed) != 0 || idle {
                 st.budget = 0.0;
@@ -548,7 +556,21 @@ pub(super) unsafe fn rearm(st: &mut State, view: &RingView, n: u64) {
     // Up to half to the focus table (see the focus module), the rest uniform: with three
     // quarters the heap workloads' threads lost the uniform samples that pair readers with
     // owners (bench/detect: ring x8 r 0.86, master-worker x8 0.89; 0.985, 0.927 with half).
-    let n = n - rearm_focus(st, view, n / 2);
+    // While it searches for block edges (sharing is rare, so those uniform samples find
+    // little), three quarters. A share of a tick's page or two is a fraction: it is carried
+    // to the next tick, and dropped when the table had nothing due (credit is no backlog).
+    lock();
+    let share = if st.focus.searching() { 0.75 } else { 0.5 };
+    unlock();
+    st.focus_credit += n as f64 * share;
+    let offered = (st.focus_credit as u64).min(n);
+    let used = rearm_focus(st, view, offered);
+    st.focus_credit = if used < offered {
+        0.0
+    } else {
+        st.focus_credit - used as f64
+    };
+    let n = n - used;
     for _ in 0..n {
         // The index is up to INDEX_MAX_AGE_NS old: pages dropped since (ours, not yet
         // touched again) or discarded by the program are drawn again.
