@@ -85,17 +85,19 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             // master-worker x32 threads fell from r 0.92 to 0.85; at 16 it kept 0.92.
             let shortest = st.interval_ms as u64 * 1_000_000;
             period = ((PAGES_PER_WAKE * 1e9 / per_s) as u64).clamp(shortest, SCAN_NS.max(shortest));
-            // Sooner when a focus page falls due before then (or a bisection step may fault),
-            // though not under FOCUS_TICK_NS.
-            lock();
-            let focus_due = st.focus.next_due(now, FOCUS_TICK_NS);
-            unlock();
-            if let Some(due) = focus_due {
-                period = period.min(due.saturating_sub(now).max(FOCUS_TICK_NS.max(shortest)));
-            }
             st.budget = (st.budget + per_s * dt).min(per_s); // at most one second's worth
             if view.header().paused.load(Ordering::Relaxed) != 0 || idle {
                 st.budget = 0.0;
+            } else {
+                // Sooner when a focus page falls due before then (or a bisection step may
+                // fault), though not under FOCUS_TICK_NS. Not while nothing is re-armed: a
+                // page found shared stays due, and an idle rank would wake every 10 ms.
+                lock();
+                let focus_due = st.focus.next_due(now, FOCUS_TICK_NS);
+                unlock();
+                if let Some(due) = focus_due {
+                    period = period.min(due.saturating_sub(now).max(FOCUS_TICK_NS.max(shortest)));
+                }
             }
             let n = st.budget as u64;
             st.budget -= n as f64;
