@@ -45,13 +45,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-mpicc.openmpi -O2 -Wall -o "$tmp/pairs" tests/node/pairs.c || { echo "FAIL cannot build tests/node/pairs.c"; exit 1; }
-nh_up
-case $? in
-  0) ;;
-  3) echo "SKIP: node managers: the kernel refused network/UTS/IPC namespaces"; exit 0 ;;
-  *) echo "FAIL cannot set up the namespace hosts"; exit 1 ;;
-esac
+nt_hosts_up "node managers"
 
 # The job's launcher command line: 4 ranks on each host, not bound (the kernel places them).
 # mpi_yield_when_idle: 8 ranks share 2 CPUs, so waiting ranks must not spin.

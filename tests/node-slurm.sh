@@ -48,13 +48,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-mpicc.openmpi -O2 -Wall -o "$tmp/pairs" tests/node/pairs.c || { echo "FAIL cannot build tests/node/pairs.c"; exit 1; }
-nh_up
-case $? in
-  0) ;;
-  3) echo "SKIP: node managers under Slurm: the kernel refused network/UTS/IPC namespaces"; exit 0 ;;
-  *) echo "FAIL cannot set up the namespace hosts"; exit 1 ;;
-esac
+nt_hosts_up "node managers under Slurm"
 t0=$SECONDS
 sl_up || { echo "FAIL cannot start Slurm on the namespace hosts (see above)"; exit 1; }
 echo "     Slurm up: $(sinfo -h -o '%D nodes %t (%N)') ($((SECONDS - t0)) s)"

@@ -4,7 +4,7 @@
 #   huddle  the huddle binary;  tmp  the test's scratch directory (removed by the caller);
 #   DAEMON  the ranks' parent on a node (orted, slurmstepd), which each node manager must
 #           have attached to.
-# Then: nt_plain_run CMD... (the reference output), nt_huddle_run CMD... (the launcher command
+# Then: nt_hosts_up WHAT (the job built, the hosts up), nt_plain_run CMD... (the reference output), nt_huddle_run CMD... (the launcher command
 # line under `huddle run --node-managers`), nt_sigkill_run REP CMD... (a job that starts its
 # node managers by itself, CMD with the agent's variables, one manager killed), and
 # nt_summary at the end. JOB_PID is the background job to stop on exit.
@@ -17,6 +17,19 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 
 board_dir=${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/huddle}
 [ -n "$board_dir" ] && [ -d "$XDG_RUNTIME_DIR" ] || board_dir=/tmp/huddle-$(id -u)
+
+# Builds the job into $tmp/pairs and brings the namespace hosts up; exits (0, with SKIP and
+# WHAT) where the kernel refuses namespaces, 1 on any other failure.
+nt_hosts_up() { # WHAT
+  mpicc.openmpi -O2 -Wall -o "$tmp/pairs" tests/node/pairs.c ||
+    { echo "FAIL cannot build tests/node/pairs.c"; exit 1; }
+  nh_up
+  case $? in
+    0) ;;
+    3) echo "SKIP: $1: the kernel refused network/UTS/IPC namespaces"; exit 0 ;;
+    *) echo "FAIL cannot set up the namespace hosts"; exit 1 ;;
+  esac
+}
 
 # The pids of running `huddle node` processes of this huddle binary.
 node_managers() {
