@@ -29,10 +29,11 @@
 //! probes, and once one side is found shared the other side gets no more; a pair's pages
 //! share the re-arm period; only one uniform sample in SAMPLE_PROBE_EVERY is probed, once,
 //! and last (enough to notice that probes start finding sharing; edge probes do not count
-//! there, they look where sharing is by construction). While probes do find sharing (heap buffers read whole by another task),
-//! every sample is probed twice and all due pages are served in turns of pairs, longest due
-//! first: there the steps only split buffers both sides share anyway, and serving them first
-//! cost bench/detect's 32-thread pipeline and master-worker about 0.08 of r.
+//! there, they look where sharing is by construction). While probes do find sharing (heap
+//! buffers read whole by another task), every sample is probed twice and all due pages are
+//! served in turns of pairs, longest due first: there the steps only split buffers both
+//! sides share anyway, and serving them first cost bench/detect's 32-thread pipeline and
+//! master-worker about 0.08 of r.
 //!
 //! The re-arm thread gives at most half of each tick's budget to due pages (three quarters
 //! while searching), the rest stays uniform, and wakes sooner while steps wait for their
@@ -438,10 +439,10 @@ impl Focus {
             // bisection went on elsewhere (halo x4: pairs found at 0.2-0.4 s, their pages
             // re-armed once between 0.5 and 0.75 s); served after every page found shared,
             // the later edge tries starved and went stale once two pairs of three were
-            // found; as turns of their own, edges of a field only its owner reads took a
-            // third of the focus budget. Until the probes say where sharing is, theirs go
-            // first: the phase waits on their outcomes (served after the steps and edges,
-            // pipeline x32 stayed unjudged for all of a 2-s run, r 0.6-0.7 against 0.9).
+            // found; as turns of their own, edges of a field only its owner reads took half
+            // the focus budget from 0.75 to 1.5 s. Until the probes say where sharing is,
+            // theirs go first: the phase waits on their outcomes (served after the steps and
+            // edges, pipeline x32 stayed unjudged for all of a 2-s run, r 0.6-0.7, not 0.9).
             let (class, key) = match phase {
                 Phase::Spread => (0, 0),
                 Phase::Unknown if e.ntids == 1 && !e.edge => (0, 0),
