@@ -4,10 +4,12 @@
 //! - [`ring`]: the shared-memory ring file through which the agent reports faults and
 //!   counters, and through which the detector hands it its re-arm floor;
 //! - [`env`](mod@env): the `HUDDLE_AGENT_*` variables that configure the agent;
-//! - [`maps`]: lines of /proc/PID/maps, parsed without allocating, as both read them.
+//! - [`maps`]: lines of /proc/PID/maps, parsed without allocating, as both read them;
+//! - [`busy`]: whether two threads of a process or more are busy, as both judge it.
 
 #![warn(missing_docs)]
 
+pub mod busy;
 pub mod maps;
 pub mod ring;
 

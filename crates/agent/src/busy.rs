@@ -5,44 +5,12 @@
 //! with one busy thread shares nothing with itself: re-arming there costs the program its
 //! faults for nothing (HPCC's single-threaded ranks: start floor and rate of four ranks,
 //! about 700 pages a second for 1.5 s, at 30-70 us of the program's time each). So in that
-//! mode the agent re-arms only while two of its threads or more are busy, judged every
-//! CHECK_NS from their CPU clocks. MPI's own helper threads (progress, PMIx) sleep and do
-//! not count.
+//! mode the agent re-arms only while two of its threads or more are busy
+//! (agent_abi::busy's rule), judged every CHECK_NS from their CPU clocks, read here.
 
 use libc::c_int;
 
-pub const CHECK_NS: u64 = 250_000_000;
-/// Threads followed at most (the rest are not judged).
-pub const TRACKED: usize = 256;
-
-/// CPU times of the threads at the last check, and how many were busy since the one before.
-#[derive(Clone, Copy)]
-pub struct Threads {
-    seen: [(u32, u64); TRACKED],
-    n: usize,
-    pub busy: u32,
-    pub checked_ns: u64,
-}
-
-impl Threads {
-    /// The threads' CPU times `now` ((tid, ns)) at `at`: counts those that ran a fifth of the
-    /// time since the last check or more (a thread not there last time is not judged yet).
-    pub fn update(&mut self, now: &[(u32, u64)], at: u64) -> u32 {
-        let elapsed = at.saturating_sub(self.checked_ns);
-        let mut busy = 0;
-        for &(tid, cpu) in now {
-            if let Some(&(_, before)) = self.seen[..self.n].iter().find(|s| s.0 == tid) {
-                busy += (cpu.saturating_sub(before) * 5 >= elapsed) as u32;
-            }
-        }
-        let n = now.len().min(TRACKED);
-        self.seen[..n].copy_from_slice(&now[..n]);
-        self.n = n;
-        self.checked_ns = at;
-        self.busy = busy;
-        busy
-    }
-}
+pub use agent_abi::busy::{Threads, CHECK_NS, TRACKED};
 
 /// Fills `out` with (tid, CPU time in ns) of this process's threads and returns how many:
 /// the tids from `dir` (/proc/self/task, opened at start and read again from offset 0), each
@@ -99,37 +67,6 @@ fn thread_cpu_ns(tid: u32) -> u64 {
 mod tests {
     use super::*;
 
-    fn threads() -> Threads {
-        Threads {
-            seen: [(0, 0); TRACKED],
-            n: 0,
-            busy: 0,
-            checked_ns: 0,
-        }
-    }
-
-    #[test]
-    fn busy_threads_are_those_that_ran_a_fifth_of_the_time() {
-        let mut t = threads();
-        assert_eq!(
-            t.update(&[(10, 0), (11, 0), (12, 0)], 0),
-            0,
-            "nothing to compare"
-        );
-        // 250 ms later: 10 ran 250 ms, 11 ran 50 ms (a fifth), 12 ran 10 ms; 13 is new.
-        let now = [
-            (10, 250_000_000),
-            (11, 50_000_000),
-            (12, 10_000_000),
-            (13, 90_000_000),
-        ];
-        assert_eq!(t.update(&now, 250_000_000), 2);
-        assert_eq!(t.busy, 2);
-        // One thread left busy.
-        let now = [(10, 500_000_000), (11, 50_000_000), (13, 90_000_000)];
-        assert_eq!(t.update(&now, 500_000_000), 1);
-    }
-
     #[test]
     fn this_process_threads_are_sampled() {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -150,7 +87,7 @@ mod tests {
         };
         assert!(dir >= 0);
         let mut out = [(0, 0); TRACKED];
-        let mut t = threads();
+        let mut t = Threads::default();
         let n = unsafe { sample(dir, &mut out) };
         assert!(n >= 2, "this thread and the spinner: {n}");
         let me = unsafe { libc::gettid() } as u32;

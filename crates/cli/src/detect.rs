@@ -4,7 +4,6 @@
 use crate::exit::{bad_input, start_error};
 use detect::document::{self, Document, Snapshot};
 use detect::{AgentConfig, Config, Granularity, Session, Target};
-use manager::mpi::SourceMode;
 use manager::observe::Detected;
 use manager::observer::Observer;
 use manager::run::{wait_interval, Ownership};
@@ -72,6 +71,11 @@ pub struct Args {
     /// into the ranks, and the rank matrix goes to OUT.ranks.csv), faults otherwise
     #[arg(long, value_name = "SOURCE")]
     pub source: Option<String>,
+    /// With --source both, record page faults between ranks too (to compare with the PMPI
+    /// agent's counts); by default a rank's faults are kept only while two of its threads
+    /// are busy, since MPI counts what ranks exchange
+    #[arg(long)]
+    pub faults_between_ranks: bool,
     /// Sharer-table slots (power of two; 40 bytes each)
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     pub table_slots: usize,
@@ -241,10 +245,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if mpi.is_some() {
         crate::outputs::file("--out", &with_suffix(&args.out, ".ranks.csv")).map_err(discard)?;
     }
-    if matches!(mpi, Some((_, SourceMode::Mpi))) {
-        crate::run::mpi_only(&mut cfg);
-    }
-    crate::run::ranks_threads_only(&mut cfg, &mpi);
+    crate::run::configure_sources(
+        &mut cfg,
+        mpi.as_ref().map(|m| m.1),
+        args.faults_between_ranks,
+    );
     let target = Target::Spawn {
         program: program.clone(),
         args: rest.to_vec(),
@@ -334,7 +339,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.json {
         println!("{json}");
     }
-    if stats.comm_events == 0 {
+    // Under --source both the faults of single-threaded ranks are dropped (MPI counts what
+    // they exchange): what must not go by silently is an empty matrix, not zero fault events.
+    if m.total() == 0.0 {
         eprintln!(
             "huddle: warning: no communication detected ({} faults from {} tasks); the matrix is all zeros",
             stats.faults,

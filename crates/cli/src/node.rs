@@ -243,14 +243,17 @@ fn manage(
             asked.unwrap_or(SourceMode::Both),
         )),
     };
-    let session = detect::Session::start(
-        detect::Target::Attach(root as i32),
-        &crate::run::detect_config(common, false),
-    )
-    .map_err(|e| match e {
-        detect::DetectError::NoSuchProcess(_) => bad_input(e),
-        other => anyhow::Error::new(other),
-    })?;
+    let mut cfg = crate::run::detect_config(common, false);
+    crate::run::configure_sources(
+        &mut cfg,
+        mpi.as_ref().map(|m| m.1),
+        common.faults_between_ranks,
+    );
+    let session =
+        detect::Session::start(detect::Target::Attach(root as i32), &cfg).map_err(|e| match e {
+            detect::DetectError::NoSuchProcess(_) => bad_input(e),
+            other => anyhow::Error::new(other),
+        })?;
     let mut obs = NodeRanks::new(
         Detected {
             session,

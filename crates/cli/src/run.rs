@@ -64,6 +64,11 @@ pub struct Common {
     /// faults otherwise
     #[arg(long, value_name = "SOURCE")]
     pub source: Option<String>,
+    /// With --source both, record page faults between ranks too (matrix-faults.csv then
+    /// holds them, to compare with the PMPI agent's counts); by default a rank's faults are
+    /// kept only while two of its threads are busy, since MPI counts what ranks exchange
+    #[arg(long)]
+    pub faults_between_ranks: bool,
     /// Seed of the mapping algorithms
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -169,20 +174,34 @@ pub(crate) fn detect_config(c: &Common, agent: bool) -> detect::Config {
     }
 }
 
-/// `--source mpi`: nothing reads page faults, so none are recorded (perf keeps only the task
-/// records, for the task table) and the fault agent is not preloaded (docs/pmpi.md).
-pub(crate) fn mpi_only(cfg: &mut detect::Config) {
-    cfg.sampled = detect::perf::Sampled::TasksOnly;
-    cfg.agent = None;
-    cfg.page_owners = 0;
-}
-
-/// `--source both`: the PMPI agent counts the traffic between ranks, so the fault agent
-/// re-arms only in ranks with two busy threads or more (hybrid MPI + threads); in a
-/// single-threaded rank its faults could find nothing and cost the rank time (docs/pmpi.md).
-pub(crate) fn ranks_threads_only(cfg: &mut detect::Config, mpi: &Option<(MpiTraffic, SourceMode)>) {
-    if let (Some(a), Some((_, SourceMode::Both))) = (cfg.agent.as_mut(), mpi) {
-        a.threads_only = true;
+/// What the detector records, by where the traffic between ranks comes from (`mode`: None
+/// where the command is no MPI program, or --source faults).
+/// - `--source mpi`: nothing reads page faults, so none are recorded (perf keeps only the
+///   task records, for the task table) and the fault agent is not preloaded (docs/pmpi.md).
+/// - `--source both`: the PMPI agent counts the traffic between ranks, so page faults only
+///   matter inside a process: the fault agent re-arms only in ranks with two busy threads or
+///   more (hybrid MPI + threads), and the detector drops the faults of a process with fewer
+///   than two busy threads before any lookup (detect::active): in a single-threaded rank they
+///   could find nothing and cost the rank time and huddle CPU. `faults_between_ranks` keeps
+///   every fault in the detector, for comparing the two sources (matrix-faults.csv).
+pub(crate) fn configure_sources(
+    cfg: &mut detect::Config,
+    mode: Option<SourceMode>,
+    faults_between_ranks: bool,
+) {
+    match mode {
+        Some(SourceMode::Mpi) => {
+            cfg.sampled = detect::perf::Sampled::TasksOnly;
+            cfg.agent = None;
+            cfg.page_owners = 0;
+        }
+        Some(SourceMode::Both) => {
+            if let Some(a) = cfg.agent.as_mut() {
+                a.threads_only = true;
+            }
+            cfg.within_process = !faults_between_ranks;
+        }
+        _ => {}
     }
 }
 
@@ -353,10 +372,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     )
     .map_err(discard)?;
     let mut cfg = detect_config(&args.common, !args.no_agent);
-    if matches!(mpi, Some((_, SourceMode::Mpi))) {
-        mpi_only(&mut cfg);
-    }
-    ranks_threads_only(&mut cfg, &mpi);
+    configure_sources(
+        &mut cfg,
+        mpi.as_ref().map(|m| m.1),
+        args.common.faults_between_ranks,
+    );
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),
@@ -457,11 +477,13 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
             }
         }
     };
-    let session = detect::Session::start(
-        detect::Target::Attach(args.pid),
-        &detect_config(&args.common, false),
-    )
-    .map_err(|e| {
+    let mut cfg = detect_config(&args.common, false);
+    configure_sources(
+        &mut cfg,
+        mpi.as_ref().map(|m| m.1),
+        args.common.faults_between_ranks,
+    );
+    let session = detect::Session::start(detect::Target::Attach(args.pid), &cfg).map_err(|e| {
         if let Some(r) = &report {
             r.discard_if_unused();
         }

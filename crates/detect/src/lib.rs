@@ -43,9 +43,11 @@
 
 #![warn(missing_docs)]
 
+pub mod active;
 pub mod agent_env;
 pub mod budget;
 pub mod document;
+pub mod ids;
 pub mod owners;
 pub mod perf;
 pub mod procmaps;

@@ -1,8 +1,10 @@
 //! A detection session on one target: spawn or attach, poll events, read the matrix.
 
+use crate::active::BusyProcesses;
 use crate::agent_env;
 pub use crate::agent_env::{private_base, remove_stale_private_dirs};
 use crate::budget::Budget;
+use crate::ids::{IdMap, IdSet};
 use crate::owners::PageOwners;
 use crate::perf::{self, PerfError, PerfSource, Record, Sampled};
 use crate::procmaps::{self, Vma};
@@ -100,6 +102,11 @@ pub struct Config {
     /// What perf samples: page faults (the default), or nothing but the task records, for a
     /// caller that takes communication from elsewhere (`--source mpi`).
     pub sampled: Sampled,
+    /// Only sharing between threads of one process counts: another source counts the
+    /// traffic between processes (`--source both`: the PMPI agent between MPI ranks). The
+    /// faults of a process with fewer than two busy threads (see crate::active) then go no
+    /// further than the page owners: no maps lookup, no sharer table.
+    pub within_process: bool,
 }
 
 impl Default for Config {
@@ -113,6 +120,7 @@ impl Default for Config {
             agent: None,
             page_owners: 0,
             sampled: Sampled::PageFaults,
+            within_process: false,
         }
     }
 }
@@ -186,7 +194,8 @@ pub struct Stats {
     /// Wall-clock seconds since the session started (monotonic).
     pub elapsed_s: f64,
     /// Fault events of program tasks (agent helpers' left out), those the sharer table
-    /// skipped while their process had one thread included.
+    /// skipped while their process had one thread (or, with `Config::within_process`, fewer
+    /// than two busy threads) included.
     pub faults: u64,
     /// Communication events (matrix increments, each pair counted once).
     pub comm_events: u64,
@@ -307,7 +316,7 @@ pub struct Session {
     granularity: Granularity,
     perf: Option<PerfSource>,
     /// With system-wide perf events: the program's processes, whose records are kept.
-    tree: Option<std::collections::HashSet<u32>>,
+    tree: Option<IdSet>,
     /// A pidfd of the program's main process, readable once it ended: `wait` returns then
     /// (system-wide perf rings do not hang up when the program's tasks exit). Closed once it
     /// fired; from then on `wait` waits at most ENDING_WAIT (the leader's exit is signalled
@@ -317,15 +326,17 @@ pub struct Session {
     dir: Option<PathBuf>,
     rings: HashMap<PathBuf, AgentRing>,
     /// The ring of each process with an agent.
-    ring_of_pid: HashMap<u32, PathBuf>,
+    ring_of_pid: IdMap<PathBuf>,
     table: SharerTable,
     /// Live program threads (agent helpers not counted) per process, in thread granularity.
-    threads_of_pid: HashMap<u32, u32>,
+    threads_of_pid: IdMap<u32>,
+    /// With `Config::within_process`: which processes have two threads at work.
+    busy: Option<BusyProcesses>,
     owners: Option<PageOwners>,
     tasks: Vec<TaskInfo>,
-    index: HashMap<u32, usize>,
+    index: IdMap<usize>,
     counts: Vec<Vec<u64>>,
-    maps: HashMap<u32, CachedMaps>,
+    maps: IdMap<CachedMaps>,
     generation: u64,
     /// CLOCK_MONOTONIC ns at the start of the current poll.
     poll_ns: u64,
@@ -404,15 +415,16 @@ impl Session {
             ending: std::cell::Cell::new(false),
             dir: None,
             rings: HashMap::new(),
-            ring_of_pid: HashMap::new(),
+            ring_of_pid: IdMap::default(),
             table: SharerTable::new(cfg.table_slots),
-            threads_of_pid: HashMap::new(),
+            threads_of_pid: IdMap::default(),
+            busy: cfg.within_process.then(BusyProcesses::default),
             owners: (cfg.page_owners > 0)
                 .then(|| PageOwners::new(perf::page_size() as u64, cfg.page_owners)),
             tasks: Vec::new(),
-            index: HashMap::new(),
+            index: IdMap::default(),
             counts: Vec::new(),
-            maps: HashMap::new(),
+            maps: IdMap::default(),
             generation: 0,
             poll_ns: 0,
             rings_scanned_ns: 0,
@@ -763,6 +775,9 @@ impl Session {
                     self.register(pid, tid, time);
                 }
                 Record::Exit { pid, tid, .. } => {
+                    if let (Some(b), true) = (self.busy.as_mut(), pid == tid) {
+                        b.forget(pid);
+                    }
                     let key = if self.granularity == Granularity::Thread {
                         tid
                     } else {
@@ -1004,6 +1019,14 @@ impl Session {
         let t32 = t as u32;
         if let Some(o) = &mut self.owners {
             o.record(pid, addr, t32);
+        }
+        // Only sharing inside a process counts (Config::within_process), and a process with
+        // one busy thread shares nothing with itself.
+        let poll_ns = self.poll_ns;
+        if let Some(b) = &mut self.busy {
+            if !b.two_busy(pid, poll_ns) {
+                return true;
+            }
         }
         let (key, shared) = self.key(pid, addr);
         if !shared && self.single_threaded(pid) {
@@ -1280,7 +1303,7 @@ fn open_perf(
 
 /// Whether a record of a system-wide event belongs to the program (`tree`: its processes),
 /// adding the processes it starts.
-fn in_tree(tree: &mut std::collections::HashSet<u32>, r: &Record) -> bool {
+fn in_tree(tree: &mut IdSet, r: &Record) -> bool {
     match r {
         Record::Fork { pid, ppid, .. } => {
             if tree.contains(pid) || tree.contains(ppid) {
@@ -1348,11 +1371,11 @@ fn hw_sampling_note() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{age_rows, in_tree, Record};
+    use super::{age_rows, in_tree, IdSet, Record};
 
     #[test]
     fn system_wide_records_are_kept_for_the_tree_and_what_it_starts() {
-        let mut tree: std::collections::HashSet<u32> = [10].into_iter().collect();
+        let mut tree: IdSet = [10].into_iter().collect();
         let fault = |pid| Record::Fault {
             pid,
             tid: pid,
