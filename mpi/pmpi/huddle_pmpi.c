@@ -150,6 +150,7 @@ static int pend_insert(uint64_t k)
     return 1;
 }
 
+#ifndef HUDDLE_PMPI_BYTES_ONLY /* completions remove pending sends */
 /* Removes k if present (backward-shift deletion keeps probe chains intact). */
 static int pend_remove(uint64_t k)
 {
@@ -172,6 +173,7 @@ static int pend_remove(uint64_t k)
     }
     return 1;
 }
+#endif
 
 static void lock_table(void) { if (g.multiple) pthread_mutex_lock(&table_lock); }
 static void unlock_table(void) { if (g.multiple) pthread_mutex_unlock(&table_lock); }
@@ -254,6 +256,7 @@ static void pending_add(MPI_Request r)
     unlock_table();
 }
 
+#ifndef HUDDLE_PMPI_BYTES_ONLY /* the completion wrappers' helpers */
 /* Requests in keys[] completed; inside_blocking says whether enter() already closed the
  * compute interval. */
 static void pending_done(const uint64_t *keys, const int *idx, int n, int inside_blocking)
@@ -281,6 +284,7 @@ static uint64_t *snapshot(int n, const MPI_Request *reqs, uint64_t *stackbuf)
     return k;
 }
 static void snapshot_free(uint64_t *k, uint64_t *stackbuf) { if (k && k != stackbuf) free(k); }
+#endif
 
 /* ---- communicator rank translation to MPI_COMM_WORLD, cached as an attribute ---- */
 struct cinfo {
@@ -694,6 +698,9 @@ static void after_init(int provided)
      * call (docs/pmpi.md). Off, S_TID stays the thread that called MPI_Init. */
     const char *split = getenv("HUDDLE_PMPI_TIMESPLIT");
     g.timesplit = !(split && strcmp(split, "0") == 0);
+#ifdef HUDDLE_PMPI_BYTES_ONLY
+    g.timesplit = 0; /* its receive, probe and completion wrappers are not built */
+#endif
     world_info.me = g.rank;
     world_info.size = g.size;
     /* One stamp per job, chosen by rank 0: names the default board and tells stale boards. */
@@ -851,7 +858,10 @@ NONBLOCKING_SEND(Irsend)
 
 /* Receives, probes and completions count no bytes; they are wrapped for the time split only.
  * Without it they go straight to the library: HPCC's RandomAccess polls MPI_Test in its
- * update loop, so even depth++ and a request-key copy per call showed (docs/pmpi.md). */
+ * update loop, so even depth++ and a request-key copy per call showed (docs/pmpi.md). The
+ * bytes-only build (libhuddle_pmpi_bytes.so, -DHUDDLE_PMPI_BYTES_ONLY) does not define them
+ * at all: even the forwarding hop was 1.3 % of an HPCC rank's CPU (perf, 2026-11-26). */
+#ifndef HUDDLE_PMPI_BYTES_ONLY
 int MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Status *st)
 {
     if (!g.timesplit) return REAL(Recv)(buf, count, t, src, tag, c, st);
@@ -871,6 +881,7 @@ int MPI_Probe(int src, int tag, MPI_Comm c, MPI_Status *st)
     return rc;
 }
 ALSO_PMPI(Probe)
+#endif
 
 int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int stag, void *rbuf, int rcount,
                  MPI_Datatype rtype, int src, int rtag, MPI_Comm c, MPI_Status *st)
@@ -898,7 +909,8 @@ int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest, int sta
 }
 ALSO_PMPI(Sendrecv_replace)
 
-/* ---- completion ---- */
+/* ---- completion (time split only; Request_free ends a pending send's bookkeeping) ---- */
+#ifndef HUDDLE_PMPI_BYTES_ONLY
 int MPI_Wait(MPI_Request *r, MPI_Status *st)
 {
     if (!g.timesplit) return REAL(Wait)(r, st);
@@ -1017,6 +1029,7 @@ int MPI_Request_free(MPI_Request *r)
     return rc;
 }
 ALSO_PMPI(Request_free)
+#endif
 
 /* ---- collectives: blocking, traffic by the logical model of docs/pmpi.md ---- */
 int MPI_Barrier(MPI_Comm c)

@@ -62,10 +62,11 @@ fn linked_mpi(path: &std::path::Path) -> Option<&'static str> {
 }
 
 /// The PMPI agent built for `flavour`: `HUDDLE_PMPI` if set, else the first that exists of
-/// `<huddle's dir>/../lib/huddle/<flavour>/libhuddle_pmpi.so` (an installed layout) and
-/// `build/mpi/<flavour>/libhuddle_pmpi.so` of the source tree this huddle was built from
-/// (mk/pmpi.mk puts it there).
-pub fn pmpi_library_for(flavour: &str) -> Result<PathBuf, String> {
+/// `<huddle's dir>/../lib/huddle/<flavour>/` (an installed layout) and `build/mpi/<flavour>/`
+/// of the source tree this huddle was built from (mk/pmpi.mk puts it there). `bytes_only`:
+/// the build without the time split (`libhuddle_pmpi_bytes.so`, no receive, probe or
+/// completion wrappers), where there is one; else the full `libhuddle_pmpi.so`.
+pub fn pmpi_library_for(flavour: &str, bytes_only: bool) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("HUDDLE_PMPI") {
         return Ok(PathBuf::from(p));
     }
@@ -81,18 +82,25 @@ pub fn pmpi_library_for(flavour: &str) -> Result<PathBuf, String> {
         .nth(2)
         .map(|root| root.join("build/mpi").join(flavour))
         .unwrap_or_default();
-    let candidates = [installed, tree].map(|d| d.join("libhuddle_pmpi.so"));
+    let full = [&installed, &tree].map(|d| d.join("libhuddle_pmpi.so"));
+    let bytes = [&installed, &tree].map(|d| d.join("libhuddle_pmpi_bytes.so"));
+    let candidates: Vec<&PathBuf> = if bytes_only {
+        bytes.iter().chain(&full).collect()
+    } else {
+        full.iter().collect()
+    };
     match candidates.iter().find(|p| p.is_file()) {
-        Some(lib) => Ok(lib.canonicalize().unwrap_or_else(|_| lib.clone())),
+        Some(lib) => Ok(lib.canonicalize().unwrap_or_else(|_| lib.to_path_buf())),
         None => Err(format!(
             "no PMPI agent for {flavour}: neither {} nor {} exists (build it with `make build-pmpi`, or set HUDDLE_PMPI)",
-            candidates[0].display(),
-            candidates[1].display()
+            full[0].display(),
+            full[1].display()
         )),
     }
 }
 
-/// The PMPI agent built for the MPI that runs `program`.
+/// The PMPI agent for the MPI that `program` uses (a launcher or a binary linking libmpi),
+/// with the time split (for the simmer policy).
 pub fn pmpi_library(program: &std::ffi::OsStr) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("HUDDLE_PMPI") {
         return Ok(PathBuf::from(p));
@@ -106,7 +114,7 @@ pub fn pmpi_library(program: &std::ffi::OsStr) -> Result<PathBuf, String> {
             resolved.display()
         )
     })?;
-    pmpi_library_for(flavour)
+    pmpi_library_for(flavour, false)
 }
 
 /// Prepends a library to LD_PRELOAD for the program (the detection agent comes first).
@@ -228,7 +236,8 @@ pub fn mpi_setup(
         }
         return Ok(None);
     };
-    let lib = match pmpi_library_for(flavour) {
+    // Bytes alone (below): the build without the time split's wrappers.
+    let lib = match pmpi_library_for(flavour, true) {
         Ok(lib) => lib,
         Err(e) => {
             eprintln!("huddle: MPI traffic not counted ({e}): page faults alone");

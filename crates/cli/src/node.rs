@@ -501,7 +501,7 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
             ))
         })?
     };
-    let lib = crate::agent::pmpi_library_for(flavour).map_err(bad_input)?;
+    let lib = crate::agent::pmpi_library_for(flavour, false).map_err(bad_input)?;
     let node_args = forwarded(c)?;
     // The options the node managers will run with, checked here once rather than on every
     // node (`simmer` with the name of a board: each node manager reads its node's own).

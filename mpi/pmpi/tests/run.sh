@@ -13,10 +13,11 @@ fails=0
 pass() { echo "ok   $*"; }
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 
-# launch IMPL NP PROG ARGS...: the program with the agent preloaded; HUDDLE_* pass through.
+# launch IMPL NP PROG ARGS...: the program with the agent ($PMPI_LIB, else the full build)
+# preloaded; HUDDLE_* pass through.
 launch() {
   local impl=$1 np=$2; shift 2
-  local lib=$builds/$impl/libhuddle_pmpi.so
+  local lib=${PMPI_LIB:-$builds/$impl/libhuddle_pmpi.so}
   case $impl in
     openmpi) timeout -k 5 120 mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np" \
                -x LD_PRELOAD="$lib" -x HUDDLE_RANK_MATRIX -x HUDDLE_BOARD "$@" ;;
@@ -132,6 +133,27 @@ for impl in "${impls[@]}"; do
     fail "$impl: nosplit run: $(tail -3 "$work/log")"
   fi
   unset HUDDLE_BOARD HUDDLE_RANK_MATRIX HUDDLE_PMPI_TIMESPLIT
+
+  # The bytes-only build (what huddle run and detect preload unless the policy is simmer):
+  # the same rank matrix, no time split even when asked for, and no receive, probe or
+  # completion wrapper at all (those calls go straight to the library).
+  bytes=$builds/$impl/libhuddle_pmpi_bytes.so
+  export HUDDLE_BOARD=$work/$impl-bytes.board HUDDLE_RANK_MATRIX=$work/bytes.csv PMPI_LIB=$bytes
+  wrapped=$(nm -D --defined-only "$bytes" 2>/dev/null | grep -cE ' T P?MPI_(Recv|Probe|Wait|Test)[a-z]*$')
+  if ! launch "$impl" 4 "$builds/$impl/traffic" "$work/bytes.expected" all >"$work/log" 2>&1; then
+    fail "$impl: bytes-only build: traffic run failed: $(tail -3 "$work/log")"
+  elif ! cmp -s "$work/bytes.csv" "$work/bytes.expected"; then
+    fail "$impl: bytes-only build: rank matrix differs from the known traffic"
+  elif [ "$wrapped" != 0 ]; then
+    fail "$impl: bytes-only build defines $wrapped receive/probe/completion symbols"
+  elif ! launch "$impl" 2 "$builds/$impl/timesplit" >"$work/log" 2>&1 ||
+    ! "$board_reader" "$HUDDLE_BOARD" >"$work/board.json" ||
+    [ "$(awk -F'[:,]' '/"compute_ns":/ {c += $2} END {print c + 0}' "$work/board.json")" != 0 ]; then
+    fail "$impl: bytes-only build: the timesplit program ran with a time split or failed: $(tail -3 "$work/log")"
+  else
+    pass "$impl: bytes-only build: rank matrix equals the known traffic, no completion wrapper, no time split"
+  fi
+  unset HUDDLE_BOARD HUDDLE_RANK_MATRIX PMPI_LIB
 
   # Default path: printed once, the file is there, the per-job board is removed.
   (cd "$work" && launch "$impl" 2 "$builds/$impl/traffic" "$work/d.expected" all) >"$work/log" 2>&1
