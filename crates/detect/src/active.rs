@@ -48,7 +48,7 @@ fn cpu_times(pid: u32) -> Vec<(u32, u64)> {
                 "/proc/{pid}/task/{tid}/stat"
             )))?;
             (stat.comm != "huddle-agent")
-                .then(|| (tid, (stat.cpu_ticks as f64 * ns_per_tick) as u64))
+                .then_some((tid, (stat.cpu_ticks as f64 * ns_per_tick) as u64))
         })
         .take(TRACKED)
         .collect()
