@@ -57,18 +57,9 @@ fn cpu_times(pid: u32) -> Vec<(u32, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::monotonic_ns as now;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-
-    fn now() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: ts is a valid out-pointer.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
 
     /// Threads that sleep until `go`, then spin until `stop`.
     fn workers(

@@ -375,7 +375,7 @@ const RING_SCAN_NS: u64 = 100_000_000;
 /// lost most focus events when many pages waited (pipeline, 8 threads).
 const PRIVATE_HISTORY_MS: u32 = 4000;
 
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
