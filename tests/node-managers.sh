@@ -11,6 +11,16 @@
 #     ranks so that partners share a PU and the two pairs do not (from its decisions.json and
 #     tasks.json), started soon after its host's board was created; afterwards no huddle
 #     node process, board, scratch rank matrix or detection directory of the job is left.
+#  1b. The same with a report directory that only the launch side sees (each host gets its own
+#     empty tmpfs over the directory's parent: NH_PRIVATE of netns-agent), as on a cluster
+#     without a shared file system: the node managers report into a node-local directory, the
+#     ranks hand the reports over as framed lines on their stderr, and huddle run rebuilds them
+#     from mpirun's stderr: the same checks as 1, huddle run says the reports came through the
+#     launcher's stderr, no framed line reaches the job's output, and each node's
+#     delivery.json says its whole report arrived.
+#  1c. As 1b, hA's node manager killed with SIGKILL while the job runs: the job ends with the
+#     same output and no rank waits for the dead manager; huddle run says hA's manager had not
+#     finished (dead) and that hB's report came through mpirun's stderr; nothing is left.
 #  2. Without huddle on the launch side (HUDDLE_NODE=1 and the agent passed with -x, as a
 #     user would): both node managers start; hA's is killed with SIGKILL while the job runs;
 #     the job still ends normally with the same output, hB's finishes its report, and nothing
@@ -57,6 +67,58 @@ program=("$tmp/pairs" 4 "$ITERS" "$BYTES")
 
 nt_plain_run "${launcher[@]}" "${program[@]}"
 nt_huddle_run "${launcher[@]}" "${program[@]}"
+
+mkdir -p "$tmp/launch-only"
+export NH_PRIVATE=$tmp/launch-only
+NT_REPORT=$tmp/launch-only/report NT_VIA="through the launcher's stderr" nt_huddle_run "${launcher[@]}" "${program[@]}"
+unset NH_PRIVATE
+if msg=$(python3 - "$tmp/launch-only/report" <<'EOF'
+import json, sys
+for h in ("hA", "hB"):
+    d = json.load(open(f"{sys.argv[1]}/node-{h}/delivery.json"))
+    if not (d["complete"] and d["manager"] == "done" and d["announced"]):
+        sys.exit(f"{h}: {d}")
+    print(f"{h}: {len(d['files'])} files, the rank waited {d['rank_waited_s']:.2f} s for its node manager")
+EOF
+); then
+  pass "reports through mpirun's stderr: $(echo "$msg" | tr '\n' ';')"
+else
+  fail "delivery.json: $msg"
+fi
+
+# 1c: the node-local report directory of hA is found through its node.json (the namespace
+# hosts share /tmp).
+rep=$tmp/launch-only/report-killed
+export NH_PRIVATE=$tmp/launch-only
+t0=$SECONDS
+timeout -k 5 150 "$huddle" run --node-managers --quiet --report "$rep" -- "${launcher[@]}" "${program[@]}" \
+  >"$tmp/kill1.out" 2>"$tmp/kill1.err" &
+JOB_PID=$!
+victim=
+for _ in $(seq 1 150); do
+  victim=$(sed -n 's/^ *"pid": \([0-9]*\).*/\1/p' "$board_dir"/report-*/node-hA/node.json 2>/dev/null | head -1)
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+[ -n "$victim" ] && sleep 0.5 && kill -KILL "$victim"
+wait "$JOB_PID"
+rc=$?
+JOB_PID=
+unset NH_PRIVATE
+if [ -z "$victim" ]; then
+  fail "not shared: no node manager of hA found in $board_dir/report-*/node-hA within 15 s"
+elif [ $rc -eq 0 ] && cmp -s "$tmp/plain.out" "$tmp/kill1.out" &&
+  grep -qF "node manager of $rep/node-hA had not finished when its ranks handed the report over (it was dead: killed?)" "$tmp/kill1.err" &&
+  grep -qF "node report in $rep/node-hB (through the launcher's stderr)" "$tmp/kill1.err" &&
+  grep -q "did not finish (killed?)" "$rep/index.html"; then
+  pass "not shared, hA's manager (pid $victim) killed: rc 0, the same output, huddle run and the job page say hA's manager died and hB's report came through mpirun's stderr ($((SECONDS - t0)) s)"
+else
+  fail "not shared, hA's manager killed: rc $rc: $(grep -v '^\[' "$tmp/kill1.err" | tail -4)"
+fi
+no_node_managers 10
+left=$(leftovers "$rep")
+[ -z "$left" ] || fail "left behind after the job with a killed node manager (not shared): $(echo "$left" | tr '\n' ' ')"
+
 rep=$tmp/report2
 nt_sigkill_run "$rep" "${launcher[@]}" -x "LD_PRELOAD=$lib" -x HUDDLE_NODE=1 -x "HUDDLE_BIN=$huddle" \
   -x "HUDDLE_NODE_REPORT=$rep" -x HUDDLE_RANK_MATRIX=none "${program[@]}"

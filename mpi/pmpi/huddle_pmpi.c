@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -88,6 +89,9 @@ static struct {
     int multiple;          /* MPI_THREAD_MULTIPLE granted */
     int timesplit;         /* keep the time split (HUDDLE_PMPI_TIMESPLIT=0: off) */
     uint64_t pend_mark;    /* start of the current compute-with-pending-sends interval */
+    int manager_started;   /* this rank started the node's manager */
+    int forward;           /* the report directory is not seen here: hand the report over on stderr */
+    char local_report[3100]; /* with forward: the node-local directory the manager reports into */
 } g = {.perf_fd = -1, .keyval = MPI_KEYVAL_INVALID};
 
 /* initial-exec: a preloaded library may use static TLS, and it avoids __tls_get_addr calls. */
@@ -594,6 +598,200 @@ static int find_huddle(char *out, size_t len)
 
 extern char **environ;
 
+/* ---- node reports through the launcher's stderr (no shared file system) ----
+ * `huddle run` puts DIR/.huddle-launch-TOKEN into the report directory and TOKEN into
+ * HUDDLE_NODE_TOKEN. A node that does not see that file does not see the launch node's DIR:
+ * its manager reports into a node-local directory, and at MPI_Finalize the rank that started
+ * it writes the files to its stderr as framed lines, which mpirun/orted or srun/slurmstepd
+ * forward to the launch node, where huddle run rebuilds them in DIR (crates/relay has the
+ * format and the reader). Without a token (HUDDLE_NODE=1 set by hand) nobody reads such
+ * lines: the report goes to DIR as before. */
+#define FRAME_MARKER "@huddle-node"
+#define FRAME_CHUNK 2304       /* raw bytes per line: 3072 of base64, a line < 4096 bytes (one atomic pipe write) */
+#define HANDOVER_WAIT_MS 3000  /* longest wait for the node manager's report at MPI_Finalize */
+#define FRAME_FILE_MAX (16u << 20)
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return; /* stderr gone: nothing to hand the report to */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static int token_ok(const char *t)
+{
+    size_t n = 0;
+    for (; t[n]; n++)
+        if (!((t[n] >= '0' && t[n] <= '9') || (t[n] >= 'a' && t[n] <= 'f'))) return 0;
+    return n > 0 && n <= 64;
+}
+
+/* Decides g.forward: a token was given and its marker is not at HUDDLE_NODE_REPORT. A marker
+ * missed on a shared directory (a late NFS view) only makes the report take the longer way;
+ * a random token cannot be found where the directory is another one. */
+static void choose_report_route(void)
+{
+    const char *report = getenv("HUDDLE_NODE_REPORT"), *token = getenv("HUDDLE_NODE_TOKEN");
+    if (!node_mode() || !report || !*report || !token || !token_ok(token)) return;
+    char marker[4400], dir[3000];
+    snprintf(marker, sizeof marker, "%s/.huddle-launch-%s", report, token);
+    if (access(marker, F_OK) == 0) return;
+    if (board_dir(dir, sizeof dir) != 0) return; /* no private local directory: DIR it is */
+    snprintf(g.local_report, sizeof g.local_report, "%s/report-%s", dir, token);
+    g.forward = 1;
+}
+
+static const char b64_digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static size_t base64(const unsigned char *in, size_t n, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0) | (i + 2 < n ? in[i + 2] : 0);
+        out[o++] = b64_digits[v >> 18 & 63];
+        out[o++] = b64_digits[v >> 12 & 63];
+        out[o++] = i + 1 < n ? b64_digits[v >> 6 & 63] : '=';
+        out[o++] = i + 2 < n ? b64_digits[v & 63] : '=';
+    }
+    return o;
+}
+
+/* One framed line on stderr. Where stderr is a pipe (the launcher's daemon reads it), first
+ * let the reader empty it (bounded by `until`): then each read takes whole lines, and a line
+ * is not split among other ranks' output on the way to the launch node. */
+static void frame_line(const char *line, size_t n, uint64_t until)
+{
+    struct stat st;
+    if (fstat(2, &st) == 0 && S_ISFIFO(st.st_mode)) {
+        int queued = 0;
+        while (ioctl(2, FIONREAD, &queued) == 0 && queued > 0 && now_ns() < until) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    write_all(2, line, n);
+}
+
+/* Sends file `path` as PATHNAME (node-HOST/NAME or rank-matrix.csv); 1 when it was sent. */
+static int frame_file(const char *token, const char *name, const char *path, uint64_t until)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0) return 0;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > FRAME_FILE_MAX) {
+        close(fd);
+        return 0;
+    }
+    unsigned char buf[FRAME_CHUNK];
+    char line[4096];
+    uint64_t hash = 0xcbf29ce484222325ull, size = 0, seq = 0;
+    for (;;) {
+        size_t got = 0;
+        while (got < sizeof buf) {
+            ssize_t r = read(fd, buf + got, sizeof buf - got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
+        if (got == 0) break;
+        for (size_t i = 0; i < got; i++) hash = (hash ^ buf[i]) * 0x100000001b3ull;
+        int h = snprintf(line, sizeof line, "%s %s data %s %llu ", FRAME_MARKER, token, name, (unsigned long long)seq);
+        if (h <= 0 || (size_t)h + 4 * ((got + 2) / 3) + 1 > sizeof line) break; /* cannot happen: names are short */
+        size_t n = (size_t)h + base64(buf, got, line + h);
+        line[n++] = '\n';
+        frame_line(line, n, until);
+        size += got;
+        seq++;
+        if (got < sizeof buf) break;
+    }
+    close(fd);
+    int n = snprintf(line, sizeof line, "%s %s file %s %llu %016llx %llu\n", FRAME_MARKER, token, name,
+                     (unsigned long long)size, (unsigned long long)hash, (unsigned long long)seq);
+    if (n > 0 && n < (int)sizeof line) frame_line(line, (size_t)n, until);
+    return 1;
+}
+
+/* The node manager's state from its node.json (written atomically): done, failed, or
+ * running (with its pid); "" without the file. */
+static const char *manager_state(const char *node_json, pid_t *pid)
+{
+    char text[8192];
+    int fd = open(node_json, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "";
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return "";
+    text[n] = 0;
+    const char *p = strstr(text, "\"pid\":");
+    if (p) *pid = (pid_t)atol(p + 6);
+    if (strstr(text, "\"state\": \"done\"")) return "done";
+    if (strstr(text, "\"state\": \"failed\"")) return "failed";
+    return "running";
+}
+
+/* At MPI_Finalize, after every rank of this node finalized: waits (bounded) for the node
+ * manager to finish its report, sends the report's files on stderr, then removes them. A
+ * manager that died (SIGKILL) is not waited for; one still busy after the bound is left to
+ * finish, its files on this node (named on stderr). */
+static void hand_over_report(void)
+{
+    const char *token = getenv("HUDDLE_NODE_TOKEN");
+    char host[HOSTNAME_SIZE], node[HOSTNAME_SIZE + 8], dir[3300], path[3700], name[600];
+    host_name(host, sizeof host);
+    snprintf(node, sizeof node, "node-%s", host);
+    snprintf(dir, sizeof dir, "%s/%s", g.local_report, node);
+    snprintf(path, sizeof path, "%s/node.json", dir);
+    uint64_t t0 = now_ns(), deadline = t0 + HANDOVER_WAIT_MS * 1000000ull;
+    const char *state = "none";
+    for (;;) {
+        pid_t pid = 0;
+        const char *s = manager_state(path, &pid);
+        if (*s) state = s;
+        if (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0) break;
+        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+            state = "gone";
+            break;
+        }
+        if (now_ns() >= deadline) break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    unsigned waited_ms = (unsigned)((now_ns() - t0) / 1000000ull);
+    fflush(stderr);
+    /* The sending gets its own bound for the pacing; the writes themselves go on after it. */
+    uint64_t until = now_ns() + 2000000000ull;
+    int files = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) > 255) continue; /* temporary files, . and .. */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(name, sizeof name, "%s/%s", node, e->d_name);
+        files += frame_file(token, name, path, until);
+    }
+    char line[512];
+    int n = snprintf(line, sizeof line, "%s %s done %s %d %s %u\n", FRAME_MARKER, token, node, files, state, waited_ms);
+    if (n > 0 && n < (int)sizeof line) frame_line(line, (size_t)n, until);
+    if (strcmp(state, "running") == 0) {
+        fprintf(stderr, "huddle-pmpi: rank %d: the node manager of %s was still busy after %u ms: what it writes later stays in %s\n",
+                g.rank, host, waited_ms, dir);
+    } else if (d) {
+        rewinddir(d);
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+        rmdir(dir);
+        rmdir(g.local_report); /* the last node of the job on a shared /tmp removes it */
+    }
+    if (d) closedir(d);
+}
+
 /* Starts `huddle node --board BOARD [--job-report DIR] --quiet [HUDDLE_NODE_ARGS...]`,
  * detached from this rank: double fork and setsid, so that it is nobody's child in the job
  * (the launcher neither waits for it nor kills it with the rank's session), standard input
@@ -613,7 +811,7 @@ static void start_node_manager(void)
     }
     char host[HOSTNAME_SIZE];
     host_name(host, sizeof host);
-    const char *report = getenv("HUDDLE_NODE_REPORT");
+    const char *report = g.forward ? g.local_report : getenv("HUDDLE_NODE_REPORT");
     int logfd = -1;
     if (report && *report) {
         char dir[4200];
@@ -677,6 +875,14 @@ static void start_node_manager(void)
     if (child > 0) {
         while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
         }
+        g.manager_started = 1;
+        if (g.forward) {
+            /* Tells the launch node to expect this node's report, so that one that never
+             * comes (this rank killed) is named there. */
+            char line[256];
+            int n = snprintf(line, sizeof line, "%s %s start node-%s\n", FRAME_MARKER, getenv("HUDDLE_NODE_TOKEN"), host);
+            if (n > 0 && n < (int)sizeof line) write_all(2, line, (size_t)n);
+        }
     } else {
         fprintf(stderr, "huddle-pmpi: rank %d: cannot start the node manager %s: %s\n", g.rank, bin, strerror(errno));
     }
@@ -712,6 +918,7 @@ static void after_init(int provided)
     }
     REAL(Bcast)(&stamp, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     board_open(stamp);
+    choose_report_route();
     if (g.board_created && node_mode()) start_node_manager();
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, cinfo_delete, &g.keyval, NULL);
     cache_open();
@@ -761,8 +968,20 @@ static void write_rank_matrix(void)
     const char *env = getenv("HUDDLE_RANK_MATRIX");
     char path[4200];
     int deflt = !(env && *env);
+    /* DIR/rank-matrix.csv where DIR is not seen here: written locally, then handed over. */
+    int forward = 0;
+    const char *report = getenv("HUDDLE_NODE_REPORT");
+    if (g.forward && !deflt && report) {
+        snprintf(path, sizeof path, "%s/rank-matrix.csv", report);
+        if (strcmp(path, env) == 0) {
+            forward = 1;
+            mkdir(g.local_report, 0700);
+            snprintf(path, sizeof path, "%s/rank-matrix.csv", g.local_report);
+            env = path;
+        }
+    }
     size_t bl = strlen(g.board_path), sl = strlen(".board");
-    if (!deflt)
+    if (!deflt && env != path)
         snprintf(path, sizeof path, "%s", env);
     else if (g.on_board && bl > sl && strcmp(g.board_path + bl - sl, ".board") == 0)
         snprintf(path, sizeof path, "%.*s.csv", (int)(bl - sl), g.board_path);
@@ -784,6 +1003,11 @@ static void write_rank_matrix(void)
         unlink(tmp);
     } else if (deflt) {
         fprintf(stderr, "huddle-pmpi: rank matrix (%d ranks, bytes sent, row = sender) written to %s\n", n, path);
+    } else if (forward) {
+        fflush(stderr);
+        frame_file(getenv("HUDDLE_NODE_TOKEN"), "rank-matrix.csv", path, now_ns() + 2000000000ull);
+        unlink(path);
+        rmdir(g.local_report); /* unless this node's manager reports there */
     }
     free(all);
 }
@@ -799,17 +1023,19 @@ int MPI_Finalize(void)
         g.active = 0;
         write_rank_matrix();
         put(S_STATE, STATE_FINALIZED);
-        if (g.on_board && !g.board_named) {
+        if (g.on_board && (!g.board_named || g.forward)) {
             /* Nobody else reads a default board: the node's first rank removes it once every
-             * rank on the node has written its final numbers. */
+             * rank on the node has written its final numbers. Then the node manager ends, and
+             * the rank that started it hands its report over where DIR is not seen. */
             MPI_Comm node;
             if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
                 int nr = 0;
                 PMPI_Comm_rank(node, &nr);
                 REAL(Barrier)(node);
-                if (nr == 0) unlink(g.board_path);
+                if (nr == 0 && !g.board_named) unlink(g.board_path);
                 PMPI_Comm_free(&node);
             }
+            if (g.forward && g.manager_started) hand_over_report();
         }
         if (g.keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&g.keyval);
         if (g.perf_fd >= 0) close(g.perf_fd);

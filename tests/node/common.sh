@@ -43,7 +43,8 @@ node_managers() {
 # directories of its node managers (pids from node.json). Prints them; nothing = clean.
 leftovers() { # REPORT_DIR
   local f pid
-  for f in "$board_dir"/*-hA.board "$board_dir"/*-hB.board "$board_dir"/*-hA.csv "$board_dir"/*-hB.csv; do
+  for f in "$board_dir"/*-hA.board "$board_dir"/*-hB.board "$board_dir"/*-hA.csv "$board_dir"/*-hB.csv \
+    "$board_dir"/report-* "$1"/.huddle-launch-*; do
     [ -e "$f" ] && echo "$f"
   done
   for pid in $(cat "$1"/node-*/node.json 2>/dev/null | sed -n 's/^ *"pid": \([0-9]*\).*/\1/p'); do
@@ -79,9 +80,10 @@ nt_plain_run() { # CMD...
 # 1. `huddle run --node-managers --report $tmp/report -- CMD...`: the job's output equals the
 # plain run's; per node: state done, attached to $DAEMON, its own ranks only, partners pinned
 # together and the pairs apart, started soon after the board; nothing left afterwards; the
-# job's rank matrix and page.
+# job's rank matrix and page. NT_REPORT: another report directory; NT_VIA: the way huddle run
+# must say each node's report came (default: the shared file system).
 nt_huddle_run() { # CMD...
-  local rep=$tmp/report t0=$SECONDS rc secs h msg left
+  local rep=${NT_REPORT:-$tmp/report} via=${NT_VIA:-shared file system} t0=$SECONDS rc secs h msg left
   timeout -k 5 150 "$huddle" run --node-managers --quiet --report "$rep" -- "$@" \
     >"$tmp/run.out" 2>"$tmp/run.err"
   rc=$?
@@ -94,12 +96,15 @@ nt_huddle_run() { # CMD...
     pass "huddle run --node-managers: rc 0, the job's output equals the plain run's ($secs s)"
   fi
   for h in hA hB; do
-    if grep -q "node report in $rep/node-$h\$" "$tmp/run.err"; then
-      pass "huddle run names node $h's report"
+    if grep -qF "node report in $rep/node-$h ($via)" "$tmp/run.err"; then
+      pass "huddle run names node $h's report ($via)"
     else
-      fail "huddle run did not name node $h's report: $(grep -v '^\[' "$tmp/run.err" | tail -3)"
+      fail "huddle run did not name node $h's report as $via: $(grep -v '^\[' "$tmp/run.err" | tail -3)"
     fi
   done
+  if grep -q "@huddle-node" "$tmp/run.out" "$tmp/run.err"; then
+    fail "framed lines of node reports reached the job's output: $(grep -c "@huddle-node" "$tmp/run.err") in stderr"
+  fi
   if msg=$(python3 - "$rep" "$DAEMON" <<'EOF' 2>&1
 import json, sys, os
 rep, daemon = sys.argv[1], sys.argv[2]

@@ -49,6 +49,9 @@ pub struct NodeArgs {
     pub seconds: Option<f64>,
 }
 
+/// How long `huddle run` reads the launcher's stderr after the launcher ended.
+const RELAY_DRAIN: Duration = Duration::from_secs(5);
+
 /// How long the board, and then a first rank of this host on it, may take to appear.
 const APPEAR: Duration = Duration::from_secs(5);
 
@@ -523,6 +526,26 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
         "HUDDLE_NODE_ARGS",
         "HUDDLE_RANK_MATRIX",
     ];
+    // Whether a node sees the report directory: the marker with this job's random token in
+    // it. A node that does not find it (no shared file system, or one that shows the
+    // directory late) hands its report over through the launcher's stderr instead; a marker
+    // of another job can never pass for this one's. Found by mistake on a shared directory,
+    // the report still arrives, only the longer way.
+    let token = match &report_abs {
+        Some(dir) => {
+            let token = relay::new_token()?;
+            let marker = dir.join(relay::launch_marker(&token));
+            std::fs::write(&marker, b"")
+                .map_err(|e| bad_input(format!("{}: cannot write: {e}", marker.display())))?;
+            std::env::set_var(relay::TOKEN_VAR, &token);
+            vars.push(relay::TOKEN_VAR);
+            Some(token)
+        }
+        None => {
+            std::env::remove_var(relay::TOKEN_VAR);
+            None
+        }
+    };
     match &report_abs {
         Some(dir) => {
             std::env::set_var("HUDDLE_NODE_REPORT", dir);
@@ -552,10 +575,27 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
     detect::signals::install_forwarding();
     // Node managers of this job start after this (less a margin for clocks of other nodes).
     let launched = unix_now() - 5.0;
-    let mut child = std::process::Command::new(program)
-        .args(&argv)
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(&argv);
+    if token.is_some() {
+        // Node reports may come as framed lines among the ranks' output (crates/relay).
+        cmd.stderr(std::process::Stdio::piped());
+    }
+    let mut child = cmd
         .spawn()
         .map_err(|e| anyhow::anyhow!("{}: cannot start: {e}", program.to_string_lossy()))?;
+    let relay = match (&token, &report_abs, child.stderr.take()) {
+        (Some(token), Some(dir), Some(stderr)) => {
+            let relay = std::sync::Arc::new(std::sync::Mutex::new(relay::Relay::new(
+                token,
+                relay::Collector::new(dir),
+            )));
+            let r = relay.clone();
+            let pump = std::thread::spawn(move || relay::pump(stderr, &mut std::io::stderr(), &r));
+            Some((relay, pump))
+        }
+        _ => None,
+    };
     let status = loop {
         if let Some(st) = child.try_wait()? {
             break st;
@@ -567,8 +607,46 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    let mut delivered = Vec::new();
+    if let (Some((relay, pump)), Some(dir), Some(token)) = (relay, &report_abs, &token) {
+        // Everything the ranks wrote was forwarded before the launcher ended; a process that
+        // still holds its stderr (a daemon of the launcher) is not waited for long.
+        let until = Instant::now() + RELAY_DRAIN;
+        while !pump.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !pump.is_finished() {
+            eprintln!(
+                "huddle: the launcher's stderr is still open {} s after it ended: node reports that come later are not collected",
+                RELAY_DRAIN.as_secs()
+            );
+        }
+        let collector = match relay.lock() {
+            Ok(mut r) => std::mem::replace(&mut r.collector, relay::Collector::new(dir)),
+            Err(p) => std::mem::replace(&mut p.into_inner().collector, relay::Collector::new(dir)),
+        };
+        if collector.bad_lines > 0 {
+            eprintln!(
+                "huddle: {} framed line(s) of node reports in the launcher's stderr were garbled (interleaved with other output?)",
+                collector.bad_lines
+            );
+        }
+        for e in &collector.write_errors {
+            eprintln!("huddle: node report file not written: {e}");
+        }
+        let (nodes, job_files) = collector.finish();
+        for (name, whole) in job_files {
+            if !whole {
+                eprintln!(
+                    "huddle: {name} arrived incomplete through the launcher's stderr: not written"
+                );
+            }
+        }
+        delivered = nodes;
+        let _ = std::fs::remove_file(dir.join(relay::launch_marker(token)));
+    }
     if let Some(dir) = &report_abs {
-        wait_for_nodes(dir, launched, Duration::from_secs(20));
+        wait_for_nodes(dir, launched, Duration::from_secs(20), &delivered);
     }
     use std::os::unix::process::ExitStatusExt;
     Ok(status
@@ -606,12 +684,23 @@ fn node_states(dir: &Path, since: f64) -> Vec<(PathBuf, String)> {
 }
 
 /// Waits (at most `limit`) until every node manager that reported into `dir` since `since`
-/// (Unix seconds) has finished, then says where each node's report is.
-fn wait_for_nodes(dir: &Path, since: f64, limit: Duration) {
+/// (Unix seconds) has finished, then says where each node's report is and which way it came:
+/// the shared file system, or the launcher's stderr (`delivered`, which are not waited for:
+/// what came is all there is).
+fn wait_for_nodes(dir: &Path, since: f64, limit: Duration, delivered: &[relay::NodeDelivery]) {
     let until = Instant::now() + limit;
+    let via = |path: &Path| {
+        delivered
+            .iter()
+            .find(|d| path.file_name().is_some_and(|n| *n == *d.node))
+    };
     let node_states = |d: &Path| node_states(d, since);
     let mut nodes = node_states(dir);
-    while nodes.iter().any(|(_, s)| s == "running" || s == "starting") && Instant::now() < until {
+    while nodes
+        .iter()
+        .any(|(p, s)| (s == "running" || s == "starting") && via(p).is_none())
+        && Instant::now() < until
+    {
         std::thread::sleep(Duration::from_millis(100));
         nodes = node_states(dir);
     }
@@ -623,8 +712,31 @@ fn wait_for_nodes(dir: &Path, since: f64, limit: Duration) {
         return;
     }
     for (path, state) in nodes {
+        let way = match via(&path) {
+            Some(d) if d.handed_over.is_none() && !path.join("node.json").is_file() => {
+                eprintln!(
+                    "huddle: node report of {} did not arrive: its ranks said at start it would come through the launcher's stderr, and ended without handing it over (killed?)",
+                    path.display()
+                );
+                continue;
+            }
+            Some(d) if !d.complete() => {
+                let lost = if d.lost.is_empty() {
+                    "its end".to_string()
+                } else {
+                    d.lost.join(", ")
+                };
+                eprintln!(
+                    "huddle: node report in {} arrived incomplete through the launcher's stderr (lost: {lost})",
+                    path.display()
+                );
+                "through the launcher's stderr"
+            }
+            Some(_) => "through the launcher's stderr",
+            None => "shared file system",
+        };
         match state.as_str() {
-            "done" => eprintln!("huddle: node report in {}", path.display()),
+            "done" => eprintln!("huddle: node report in {} ({way})", path.display()),
             "failed" => eprintln!(
                 "huddle: node manager failed, see {}",
                 path.join("node.log").display()
@@ -633,11 +745,18 @@ fn wait_for_nodes(dir: &Path, since: f64, limit: Duration) {
                 "huddle: {} is an earlier job's: no node manager of this job reported there",
                 path.display()
             ),
-            _ => eprintln!(
-                "huddle: node manager of {} did not finish within {} s (killed?): its report is missing",
-                path.display(),
-                limit.as_secs()
-            ),
+            _ => match via(&path).and_then(|d| d.handed_over.as_ref()) {
+                Some((_, manager)) => eprintln!(
+                    "huddle: node manager of {} had not finished when its ranks handed the report over (it was {}): its report is missing",
+                    path.display(),
+                    if manager == "gone" { "dead: killed?" } else { manager }
+                ),
+                None => eprintln!(
+                    "huddle: node manager of {} did not finish within {} s (killed?): its report is missing",
+                    path.display(),
+                    limit.as_secs()
+                ),
+            },
         }
     }
     match crate::report::render_job(dir) {

@@ -103,7 +103,10 @@ pub struct RunArgs {
     /// MPI jobs over several nodes: a node manager (`huddle node`) on every node with ranks,
     /// started by the job's first rank there, maps that node's ranks; this huddle only
     /// launches, forwards signals and, with --report, waits for each node's report in
-    /// DIR/node-HOST/ (docs/cluster.md). Also on when HUDDLE_NODE=1 is in the environment
+    /// DIR/node-HOST/: written there by nodes that share DIR, and handed over through the
+    /// launcher's stderr by nodes that do not (huddle then reads that stderr through a pipe
+    /// and passes the job's own lines on unchanged) (docs/cluster.md). Also on when
+    /// HUDDLE_NODE=1 is in the environment
     #[arg(long)]
     pub node_managers: bool,
     /// The program and its arguments

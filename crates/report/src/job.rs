@@ -30,6 +30,9 @@ pub struct NodeSummary {
     pub huddle_cpu_s: Option<f64>,
     /// The node's own page exists (`node-HOST/index.html`).
     pub has_page: bool,
+    /// How the report came: "shared file system", or through the launcher's stderr
+    /// (`node-HOST/delivery.json`, written by `huddle run`, crates/relay), with what was lost.
+    pub via: String,
 }
 
 /// One row of the next-run advice: a placement of the ranks over the nodes.
@@ -66,7 +69,8 @@ pub fn is_job_dir(dir: &Path) -> bool {
     !dir.join("run.json").exists() && !node_dirs(dir).is_empty()
 }
 
-/// `DIR/node-*` directories that hold a node.json, sorted by name.
+/// `DIR/node-*` directories that hold a node.json or a delivery.json (a report announced
+/// through the launcher's stderr, arrived or not), sorted by name.
 fn node_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|d| {
@@ -75,7 +79,7 @@ fn node_dirs(dir: &Path) -> Vec<PathBuf> {
                 .filter(|p| {
                     p.file_name()
                         .is_some_and(|n| n.to_string_lossy().starts_with("node-"))
-                        && p.join("node.json").is_file()
+                        && (p.join("node.json").is_file() || p.join("delivery.json").is_file())
                 })
                 .collect()
         })
@@ -89,18 +93,53 @@ pub fn load_nodes(dir: &Path) -> Result<Vec<NodeSummary>, ReportError> {
     node_dirs(dir)
         .iter()
         .map(|d| {
+            let delivery = read_json(&d.join("delivery.json"))?;
             let path = d.join("node.json");
-            let text = std::fs::read_to_string(&path).map_err(|e| ReportError::Io {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
-            let v: Value = serde_json::from_str(&text).map_err(|e| ReportError::Format {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
-            Ok(summary(&v, d))
+            // No node.json: announced through the launcher's stderr, never handed over.
+            let v = read_json(&path)?
+                .unwrap_or_else(|| serde_json::json!({ "state": "report did not arrive" }));
+            let mut s = summary(&v, d);
+            s.via = delivery.as_ref().map_or("shared file system".into(), via);
+            Ok(s)
         })
         .collect()
+}
+
+/// A JSON file, or None where it is missing.
+fn read_json(path: &Path) -> Result<Option<Value>, ReportError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(ReportError::Io {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })
+        }
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| ReportError::Format {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+}
+
+/// What delivery.json says of the way a node's report came.
+fn via(d: &Value) -> String {
+    let lost: Vec<&str> = d["lost"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if d["handed_over"] != Value::Bool(true) {
+        "launcher's stderr: never handed over (its ranks ended first)".into()
+    } else if !lost.is_empty() {
+        format!("launcher's stderr, incomplete: {} lost", lost.join(", "))
+    } else if d["complete"] != Value::Bool(true) {
+        "launcher's stderr, incomplete".into()
+    } else {
+        "launcher's stderr".into()
+    }
 }
 
 fn summary(v: &Value, dir: &Path) -> NodeSummary {
@@ -133,6 +172,7 @@ fn summary(v: &Value, dir: &Path) -> NodeSummary {
         duration_s: v["duration_s"].as_f64(),
         huddle_cpu_s: v["huddle_cpu_s"].as_f64(),
         has_page: dir.join("index.html").is_file(),
+        via: String::new(),
     }
 }
 
@@ -190,7 +230,8 @@ pub fn job_html(
     h.push_str(
         "<section id=nodes><h2>Nodes</h2><table><tr><th class=l>node</th><th class=l>state</th>\
          <th class=l>ranks</th><th>manager start after board (s)</th><th>first remap (s)</th>\
-         <th>migrations</th><th>managed (s)</th><th>huddle CPU (s)</th></tr>",
+         <th>migrations</th><th>managed (s)</th><th>huddle CPU (s)</th>\
+         <th class=l>report came through</th></tr>",
     );
     for n in nodes {
         let name = if n.has_page {
@@ -217,12 +258,13 @@ pub fn job_html(
         let _ = write!(
             h,
             "<tr><td class=l>{name}</td><td class=l>{state}</td><td class=l>{ranks}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=l>{}</td></tr>",
             opt(n.start_delay_s, 2),
             opt(n.first_remap_s, 2),
             n.migrations.map_or("&ndash;".into(), |m| m.to_string()),
             opt(n.duration_s, 2),
             opt(n.huddle_cpu_s, 3),
+            esc(&n.via),
         );
     }
     h.push_str("</table></section>");
@@ -362,6 +404,59 @@ mod tests {
             first_remap_s: Some(0.4),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn nodes_say_which_way_their_report_came() {
+        let dir = std::env::temp_dir().join(format!("job-via-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let node_json = r#"{"state": "done", "host": "h", "ranks": [{"rank": 0}]}"#;
+        for (host, node, delivery) in [
+            ("hA", Some(node_json), None),
+            (
+                "hB",
+                Some(node_json),
+                Some(r#"{"handed_over": true, "complete": true, "lost": []}"#),
+            ),
+            (
+                "hC",
+                None,
+                Some(r#"{"handed_over": false, "complete": false, "lost": []}"#),
+            ),
+            (
+                "hD",
+                Some(node_json),
+                Some(r#"{"handed_over": true, "complete": false, "lost": ["tasks.json"]}"#),
+            ),
+        ] {
+            let d = dir.join(format!("node-{host}"));
+            std::fs::create_dir_all(&d).unwrap();
+            if let Some(t) = node {
+                std::fs::write(d.join("node.json"), t).unwrap();
+            }
+            if let Some(t) = delivery {
+                std::fs::write(d.join("delivery.json"), t).unwrap();
+            }
+        }
+        let nodes = load_nodes(&dir).unwrap();
+        let via: Vec<(&str, &str)> = nodes
+            .iter()
+            .map(|n| (n.state.as_str(), n.via.as_str()))
+            .collect();
+        assert_eq!(
+            via,
+            [
+                ("done", "shared file system"),
+                ("done", "launcher's stderr"),
+                (
+                    "report did not arrive",
+                    "launcher's stderr: never handed over (its ranks ended first)"
+                ),
+                ("done", "launcher's stderr, incomplete: tasks.json lost"),
+            ]
+        );
+        assert!(job_html(&nodes, None, None).contains("report did not arrive"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
