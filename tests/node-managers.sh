@@ -72,19 +72,7 @@ mkdir -p "$tmp/launch-only"
 export NH_PRIVATE=$tmp/launch-only
 NT_REPORT=$tmp/launch-only/report NT_VIA="through the launcher's stderr" nt_huddle_run "${launcher[@]}" "${program[@]}"
 unset NH_PRIVATE
-if msg=$(python3 - "$tmp/launch-only/report" <<'EOF'
-import json, sys
-for h in ("hA", "hB"):
-    d = json.load(open(f"{sys.argv[1]}/node-{h}/delivery.json"))
-    if not (d["complete"] and d["manager"] == "done" and d["announced"]):
-        sys.exit(f"{h}: {d}")
-    print(f"{h}: {len(d['files'])} files, the rank waited {d['rank_waited_s']:.2f} s for its node manager")
-EOF
-); then
-  pass "reports through mpirun's stderr: $(echo "$msg" | tr '\n' ';')"
-else
-  fail "delivery.json: $msg"
-fi
+nt_delivery_check "$tmp/launch-only/report"
 
 # 1c: the node-local report directory of hA is found through its node.json (the namespace
 # hosts share /tmp).

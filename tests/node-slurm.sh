@@ -11,6 +11,10 @@
 #     what it prints without huddle; a node manager ran on each host, attached to the ranks'
 #     parent (slurmstepd), saw only its own host's ranks and pinned partners on one PU and
 #     the pairs apart; nothing is left; DIR/index.html has both nodes.
+#  1b. The same with the report directory under launch-only/, over which every slurmd (and so
+#     each node's ranks and manager) sees an empty tmpfs of its own mount namespace: the
+#     reports come through srun's stderr (slurmstepd forwards the ranks' stderr), huddle run
+#     says so, no framed line reaches the job's output, each delivery.json says complete.
 #  2. Without huddle (`srun --export=ALL,LD_PRELOAD=...,HUDDLE_NODE=1,...`, as a user would):
 #     both node managers start; hA's is killed with SIGKILL while the job runs; the job ends
 #     normally with the same output, hB's finishes its report, nothing is left behind.
@@ -50,7 +54,9 @@ trap 'exit 130' INT TERM
 
 nt_hosts_up "node managers under Slurm"
 t0=$SECONDS
-sl_up || { echo "FAIL cannot start Slurm on the namespace hosts (see above)"; exit 1; }
+# Each slurmd (and so each node's ranks and manager) sees an empty tmpfs over launch-only/.
+mkdir -p "$tmp/launch-only"
+NH_PRIVATE=$tmp/launch-only sl_up || { echo "FAIL cannot start Slurm on the namespace hosts (see above)"; exit 1; }
 echo "     Slurm up: $(sinfo -h -o '%D nodes %t (%N)') ($((SECONDS - t0)) s)"
 slurm_dir=$SL_DIR
 
@@ -63,6 +69,8 @@ program=("$tmp/pairs" 4 "$ITERS" "$BYTES")
 
 nt_plain_run "${launcher[@]}" "${program[@]}"
 nt_huddle_run "${launcher[@]}" "${program[@]}"
+NT_REPORT=$tmp/launch-only/report NT_VIA="through the launcher's stderr" nt_huddle_run "${launcher[@]}" "${program[@]}"
+nt_delivery_check "$tmp/launch-only/report"
 rep=$tmp/report2
 nt_sigkill_run "$rep" "${launcher[@]}" \
   "--export=ALL,LD_PRELOAD=$lib,HUDDLE_NODE=1,HUDDLE_BIN=$huddle,HUDDLE_NODE_REPORT=$rep,HUDDLE_RANK_MATRIX=none" \

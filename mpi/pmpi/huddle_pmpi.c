@@ -607,7 +607,12 @@ extern char **environ;
  * format and the reader). Without a token (HUDDLE_NODE=1 set by hand) nobody reads such
  * lines: the report goes to DIR as before. */
 #define FRAME_MARKER "@huddle-node"
-#define FRAME_CHUNK 2304       /* raw bytes per line: 3072 of base64, a line < 4096 bytes (one atomic pipe write) */
+/* Raw bytes per line: 768 characters of base64, a line under 1 KiB with the longest header
+ * (host 63, file name 64 characters). Longer lines were cut and mixed with another node's
+ * under srun (slurmstepd forwards in pieces of about 1 KiB: files lost in tests/node-slurm.sh
+ * with 3-KiB lines, none with these). */
+#define FRAME_CHUNK 576
+#define FRAME_NAME_MAX 64
 #define HANDOVER_WAIT_MS 3000  /* longest wait for the node manager's report at MPI_Finalize */
 #define FRAME_FILE_MAX (16u << 20)
 
@@ -687,7 +692,7 @@ static int frame_file(const char *token, const char *name, const char *path, uin
         return 0;
     }
     unsigned char buf[FRAME_CHUNK];
-    char line[4096];
+    char line[1024];
     uint64_t hash = 0xcbf29ce484222325ull, size = 0, seq = 0;
     for (;;) {
         size_t got = 0;
@@ -719,18 +724,26 @@ static int frame_file(const char *token, const char *name, const char *path, uin
  * running (with its pid); "" without the file. */
 static const char *manager_state(const char *node_json, pid_t *pid)
 {
-    char text[8192];
+    /* Whole: with many ranks on a node the rank list may come before "state". */
     int fd = open(node_json, O_RDONLY | O_CLOEXEC);
+    struct stat st;
     if (fd < 0) return "";
-    ssize_t n = read(fd, text, sizeof text - 1);
+    char *text = fstat(fd, &st) == 0 && st.st_size > 0 && st.st_size < (16 << 20) ? malloc((size_t)st.st_size + 1) : NULL;
+    ssize_t n = text ? read(fd, text, (size_t)st.st_size) : -1;
     close(fd);
-    if (n <= 0) return "";
+    if (n <= 0) {
+        free(text);
+        return "";
+    }
     text[n] = 0;
-    const char *p = strstr(text, "\"pid\":");
+    const char *p = strstr(text, "\"pid\":"), *state = "running";
     if (p) *pid = (pid_t)atol(p + 6);
-    if (strstr(text, "\"state\": \"done\"")) return "done";
-    if (strstr(text, "\"state\": \"failed\"")) return "failed";
-    return "running";
+    if (strstr(text, "\"state\": \"done\""))
+        state = "done";
+    else if (strstr(text, "\"state\": \"failed\""))
+        state = "failed";
+    free(text);
+    return state;
 }
 
 /* At MPI_Finalize, after every rank of this node finalized: waits (bounded) for the node
@@ -768,7 +781,7 @@ static void hand_over_report(void)
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || strlen(e->d_name) > 255) continue; /* temporary files, . and .. */
+        if (e->d_name[0] == '.' || strlen(e->d_name) > FRAME_NAME_MAX) continue; /* temporary files, . and .. */
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         snprintf(name, sizeof name, "%s/%s", node, e->d_name);
         files += frame_file(token, name, path, until);

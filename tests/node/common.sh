@@ -184,6 +184,25 @@ EOF
   fi
 }
 
+# 1b. After nt_huddle_run with NT_REPORT=REP under a directory the hosts do not see: each
+# node's REP/node-HOST/delivery.json says its whole report came through the launcher's stderr.
+nt_delivery_check() { # REP
+  local msg
+  if msg=$(python3 - "$1" <<'EOF'
+import json, sys
+for h in ("hA", "hB"):
+    d = json.load(open(f"{sys.argv[1]}/node-{h}/delivery.json"))
+    if not (d["complete"] and d["manager"] == "done" and d["announced"]):
+        sys.exit(f"{h}: {d}")
+    print(f"{h}: {len(d['files'])} files, the rank waited {d['rank_waited_s']:.2f} s for its node manager")
+EOF
+  ); then
+    pass "reports through the launcher's stderr: $(echo "$msg" | tr '\n' ';')"
+  else
+    fail "delivery.json: $msg"
+  fi
+}
+
 # 2. A job started without huddle (CMD passes LD_PRELOAD, HUDDLE_NODE=1, HUDDLE_BIN,
 # HUDDLE_NODE_REPORT=REP, HUDDLE_RANK_MATRIX=none to its ranks, as a user would): both node
 # managers start; hA's is killed with SIGKILL while the job runs; the job still ends normally

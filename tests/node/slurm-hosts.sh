@@ -112,8 +112,11 @@ EOF
     SL_CTLD=$(sl_pid "$d/slurmctld.pid") ||
         { echo "slurm-hosts: slurmctld did not start" >&2; tail -3 "$d/slurmctld.log" >&2; return 1; }
     for h in $NH_HOSTS; do
-        nsenter --net="/run/netns/huddle-$h" unshare --uts --ipc sh -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' \
-            slurmd "$h" "$d/slurm.conf" ||
+        # Its own mount namespace too: with NH_PRIVATE=DIR the host sees an empty tmpfs over
+        # DIR, as a node that does not share that part of the launch node's file system.
+        nsenter --net="/run/netns/huddle-$h" unshare --uts --ipc --mount sh -c \
+            'hostname "$1" && { [ -z "$3" ] || mount -t tmpfs -o size=16m,mode=0755 huddle-private "$3"; } &&
+             exec slurmd -N "$1" -f "$2"' slurmd "$h" "$d/slurm.conf" "${NH_PRIVATE:-}" ||
             { echo "slurm-hosts: slurmd of $h did not start" >&2; tail -3 "$d/slurmd-$h.log" >&2; return 1; }
     done
     for i in $(seq 1 300); do

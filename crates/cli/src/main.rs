@@ -65,6 +65,11 @@ enum Command {
         about = "Manage the MPI ranks of one job on this node (started by the job's PMPI agent with HUDDLE_NODE=1)"
     )]
     Node(node::NodeArgs),
+    #[command(
+        hide = true,
+        about = "Internal: `huddle run --node-managers --report DIR` reads the launcher's stderr with it"
+    )]
+    Relay(node::RelayArgs),
     #[command(about = "Render the HTML report of a `huddle run --report DIR` directory again")]
     Report(report::Args),
     #[command(
@@ -131,6 +136,7 @@ fn main() {
         Command::Run(a) => run::run(a),
         Command::Attach(a) => run::attach(a),
         Command::Node(a) => node::run(a),
+        Command::Relay(a) => node::relay(a),
         Command::Report(a) => report::run(a),
         Command::Launch(a) => launch::run(a),
         Command::TuneMsg(a) => tune_msg::run(a),

@@ -577,25 +577,22 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
     let launched = unix_now() - 5.0;
     let mut cmd = std::process::Command::new(program);
     cmd.args(&argv);
-    if token.is_some() {
-        // Node reports may come as framed lines among the ranks' output (crates/relay).
-        cmd.stderr(std::process::Stdio::piped());
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("{}: cannot start: {e}", program.to_string_lossy()))?;
-    let relay = match (&token, &report_abs, child.stderr.take()) {
-        (Some(token), Some(dir), Some(stderr)) => {
-            let relay = std::sync::Arc::new(std::sync::Mutex::new(relay::Relay::new(
-                token,
-                relay::Collector::new(dir),
-            )));
-            let r = relay.clone();
-            let pump = std::thread::spawn(move || relay::pump(stderr, &mut std::io::stderr(), &r));
-            Some((relay, pump))
+    // Node reports may come as framed lines among the ranks' output: the launcher's stderr
+    // goes through `huddle relay` (crates/relay), a process of its own so that the launcher
+    // keeps a reader, and the job its output, even if this huddle is killed.
+    let relay = match (&token, &report_abs) {
+        (Some(token), Some(dir)) => {
+            let (read, write) = cloexec_pipe()?;
+            let relay = start_relay(&huddle, token, dir, read)?;
+            cmd.stderr(write);
+            Some(relay)
         }
         _ => None,
     };
+    let child = cmd.spawn();
+    drop(cmd); // its copy of the pipe: the relay sees the end when the launcher's side closes
+    let mut child =
+        child.map_err(|e| anyhow::anyhow!("{}: cannot start: {e}", program.to_string_lossy()))?;
     let status = loop {
         if let Some(st) = child.try_wait()? {
             break st;
@@ -608,41 +605,16 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut delivered = Vec::new();
-    if let (Some((relay, pump)), Some(dir), Some(token)) = (relay, &report_abs, &token) {
+    if let (Some((pid, done)), Some(dir), Some(token)) = (relay, &report_abs, &token) {
         // Everything the ranks wrote was forwarded before the launcher ended; a process that
         // still holds its stderr (a daemon of the launcher) is not waited for long.
-        let until = Instant::now() + RELAY_DRAIN;
-        while !pump.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if !pump.is_finished() {
-            eprintln!(
-                "huddle: the launcher's stderr is still open {} s after it ended: node reports that come later are not collected",
+        match done.recv_timeout(RELAY_DRAIN) {
+            Ok(nodes) => delivered = nodes,
+            Err(_) => eprintln!(
+                "huddle: the launcher's stderr is still open {} s after it ended: node reports that come later are written by huddle relay (pid {pid}) when it closes",
                 RELAY_DRAIN.as_secs()
-            );
+            ),
         }
-        let collector = match relay.lock() {
-            Ok(mut r) => std::mem::replace(&mut r.collector, relay::Collector::new(dir)),
-            Err(p) => std::mem::replace(&mut p.into_inner().collector, relay::Collector::new(dir)),
-        };
-        if collector.bad_lines > 0 {
-            eprintln!(
-                "huddle: {} framed line(s) of node reports in the launcher's stderr were garbled (interleaved with other output?)",
-                collector.bad_lines
-            );
-        }
-        for e in &collector.write_errors {
-            eprintln!("huddle: node report file not written: {e}");
-        }
-        let (nodes, job_files) = collector.finish();
-        for (name, whole) in job_files {
-            if !whole {
-                eprintln!(
-                    "huddle: {name} arrived incomplete through the launcher's stderr: not written"
-                );
-            }
-        }
-        delivered = nodes;
         let _ = std::fs::remove_file(dir.join(relay::launch_marker(token)));
     }
     if let Some(dir) = &report_abs {
@@ -653,6 +625,106 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(1))
+}
+
+/// A pipe whose two ends are closed on exec (each child gets its end as a standard stream).
+fn cloexec_pipe() -> anyhow::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two new descriptors into fds, which become owned here.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(anyhow::anyhow!(
+            "cannot make a pipe for the launcher's stderr: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
+}
+
+/// Starts `huddle relay` on the read end of the launcher's stderr; gives its pid and where
+/// its account of the node reports arrives once the stream has ended.
+fn start_relay(
+    huddle: &Path,
+    token: &str,
+    dir: &Path,
+    read: std::os::fd::OwnedFd,
+) -> anyhow::Result<(u32, std::sync::mpsc::Receiver<Vec<relay::NodeDelivery>>)> {
+    let child = std::process::Command::new(huddle)
+        .arg("relay")
+        .arg("--token")
+        .arg(token)
+        .arg("--dir")
+        .arg(dir)
+        .stdin(read)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("{}: cannot start huddle relay: {e}", huddle.display()))?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let nodes = child
+            .wait_with_output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .filter_map(|l| serde_json::from_str(l).ok())
+                    .filter_map(|v| relay::NodeDelivery::from_json(&v))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = tx.send(nodes);
+    });
+    Ok((pid, rx))
+}
+
+#[derive(clap::Args)]
+pub struct RelayArgs {
+    /// The job's token (HUDDLE_NODE_TOKEN)
+    #[arg(long)]
+    pub token: String,
+    /// The job's report directory
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+/// `huddle relay` (started by `huddle run --node-managers --report DIR`): copies standard
+/// input, the launcher's stderr, to standard error, rebuilds the node reports framed in it
+/// under DIR, and at its end prints each node's account (delivery.json's form) on stdout.
+pub fn relay(args: RelayArgs) -> anyhow::Result<i32> {
+    // It ends when the stream closes; the terminal's signals are for the launcher.
+    detect::signals::install_detach();
+    let mut r = relay::Relay::new(&args.token, relay::Collector::new(&args.dir));
+    relay::pump(std::io::stdin().lock(), &mut std::io::stderr(), &mut r);
+    let collector = r.collector;
+    if collector.bad_lines > 0 {
+        eprintln!(
+            "huddle: {} framed line(s) of node reports in the launcher's stderr were garbled (interleaved with other output?)",
+            collector.bad_lines
+        );
+    }
+    for e in &collector.write_errors {
+        eprintln!("huddle: node report file not written: {e}");
+    }
+    let (nodes, job_files) = collector.finish();
+    for (name, whole) in job_files {
+        if !whole {
+            eprintln!(
+                "huddle: {name} arrived incomplete through the launcher's stderr: not written"
+            );
+        }
+    }
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for n in nodes {
+        let _ = writeln!(out, "{}", n.to_json());
+    }
+    Ok(0)
 }
 
 /// The node directories of a job report and the state each node.json gives ("stale": a node

@@ -33,9 +33,9 @@ pub const MARKER: &str = "@huddle-node";
 pub const TOKEN_VAR: &str = "HUDDLE_NODE_TOKEN";
 /// The largest file rebuilt; a bigger one is counted as lost (memory stays bounded).
 pub const MAX_FILE: usize = 64 << 20;
-/// Raw bytes per data frame: 3072 characters of base64, a line well under a pipe's atomic
-/// write (4096 bytes) with its header.
-pub const CHUNK: usize = 2304;
+/// Raw bytes per data frame: 768 characters of base64, a line under 1 KiB with its header
+/// (srun cut 3-KiB lines into pieces mixed with other nodes' output).
+pub const CHUNK: usize = 576;
 /// A partial line held back because it may become a frame is let go as plain output past
 /// this length (frames are shorter).
 const HOLD_MAX: usize = 16 << 10;
@@ -238,6 +238,47 @@ pub struct NodeDelivery {
 }
 
 impl NodeDelivery {
+    /// As delivery.json has it (`huddle.delivery/1`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "schema": "huddle.delivery/1",
+            "node": self.node,
+            "via": "launcher stderr",
+            "announced": self.announced,
+            "handed_over": self.handed_over.is_some(),
+            "files_sent": self.handed_over.as_ref().map(|h| h.0),
+            "manager": self.handed_over.as_ref().map(|h| h.1.clone()),
+            "rank_waited_s": self.waited_ms.map(|ms| ms as f64 / 1000.0),
+            "files": self.files,
+            "lost": self.lost,
+            "complete": self.complete(),
+        })
+    }
+
+    /// From [`NodeDelivery::to_json`]'s form; None for anything else.
+    pub fn from_json(v: &serde_json::Value) -> Option<NodeDelivery> {
+        let names = |k: &str| -> Option<Vec<String>> {
+            v[k].as_array()?
+                .iter()
+                .map(|x| x.as_str().map(str::to_string))
+                .collect()
+        };
+        let handed_over = match (v["files_sent"].as_u64(), v["manager"].as_str()) {
+            (Some(n), Some(m)) if v["handed_over"] == true => Some((n, m.to_string())),
+            _ => None,
+        };
+        Some(NodeDelivery {
+            node: v["node"].as_str()?.to_string(),
+            announced: v["announced"].as_bool()?,
+            files: names("files")?,
+            lost: names("lost")?,
+            handed_over,
+            waited_ms: v["rank_waited_s"]
+                .as_f64()
+                .map(|s| (s * 1000.0).round() as u64),
+        })
+    }
+
     /// Everything the node sent arrived.
     pub fn complete(&self) -> bool {
         self.lost.is_empty()
@@ -379,19 +420,7 @@ impl Collector {
         }
         let nodes: Vec<NodeDelivery> = std::mem::take(&mut self.nodes).into_values().collect();
         for n in &nodes {
-            let v = serde_json::json!({
-                "schema": "huddle.delivery/1",
-                "via": "launcher stderr",
-                "announced": n.announced,
-                "handed_over": n.handed_over.is_some(),
-                "files_sent": n.handed_over.as_ref().map(|h| h.0),
-                "manager": n.handed_over.as_ref().map(|h| h.1.clone()),
-                "rank_waited_s": n.waited_ms.map(|ms| ms as f64 / 1000.0),
-                "files": n.files,
-                "lost": n.lost,
-                "complete": n.complete(),
-            });
-            let text = serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
+            let text = serde_json::to_string_pretty(&n.to_json()).unwrap_or_default() + "\n";
             self.write(&format!("{}/delivery.json", n.node), text.as_bytes());
         }
         (nodes, self.job_files)
@@ -531,24 +560,18 @@ impl Relay {
     }
 }
 
-/// Reads `input` to its end, feeding `relay` (locked per read, so that the caller may take it
-/// over after a bounded wait); output goes to `out`.
-pub fn pump(mut input: impl Read, out: &mut dyn Write, relay: &std::sync::Mutex<Relay>) {
+/// Reads `input` to its end through `relay`; output goes to `out`.
+pub fn pump(mut input: impl Read, out: &mut dyn Write, relay: &mut Relay) {
     let mut buf = vec![0u8; 64 << 10];
     loop {
         match input.read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => match relay.lock() {
-                Ok(mut r) => r.feed(&buf[..n], out),
-                Err(_) => break,
-            },
+            Ok(n) => relay.feed(&buf[..n], out),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => break,
         }
     }
-    if let Ok(mut r) = relay.lock() {
-        r.end(out);
-    }
+    relay.end(out);
 }
 
 #[cfg(test)]
@@ -684,6 +707,9 @@ mod tests {
         .unwrap();
         assert_eq!(d["complete"], true);
         assert_eq!(d["via"], "launcher stderr");
+        let back = NodeDelivery::from_json(&d).unwrap();
+        assert_eq!(back.handed_over, Some((2, "done".to_string())));
+        assert_eq!((back.waited_ms, back.files.len()), (Some(40), 2));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -2,7 +2,8 @@
 # Tests of the PMPI agent with every MPI built by mpi/pmpi/build.sh: exact rank matrices for
 # known traffic with 2 to 8 ranks (oversubscribed, as root) from C, and from Fortran through
 # each binding (mpif.h, use mpi, use mpi_f08); the default matrix path, the board
-# file, a program that never calls MPI_Finalize, a rank that crashes, and no MPI at all.
+# file, a program that never calls MPI_Finalize, a rank that crashes, the frames of node
+# reports (frames.sh), and no MPI at all.
 # Every launch runs under a timeout: nothing may hang.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -196,6 +197,10 @@ for impl in "${impls[@]}"; do
   fi
   unset HUDDLE_BOARD
 done
+
+# The frames a rank hands its node's report over in (no shared file system), read back by
+# huddle relay.
+"$root/mpi/pmpi/tests/frames.sh" || fails=$((fails + 1))
 
 # No MPI installed: the build says so in one line (PATH without any mpicc).
 mkdir -p "$work/bin"
