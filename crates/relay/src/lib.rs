@@ -428,11 +428,13 @@ impl Collector {
 }
 
 /// Whether `prefix`, the text before a frame on its line, is only a launcher's tag:
-/// Open MPI's `--tag-output` (`[1,3]<stderr>:`) or srun's `-l` (`3: `).
+/// Open MPI's `--tag-output` (`[1,3]<stderr>:`) and `--timestamp-output` (`Thu Nov 26
+/// 13:00:18 2026<stderr>:`), or srun's `-l` (`3: `).
 fn is_tag(prefix: &[u8]) -> bool {
     let t = prefix.trim_ascii();
     t.is_empty()
-        || (t.starts_with(b"[") && (t.ends_with(b"<stderr>:") || t.ends_with(b"<stdout>:")))
+        || t.ends_with(b"<stderr>:")
+        || t.ends_with(b"<stdout>:")
         || (t.len() > 1 && t.ends_with(b":") && t[..t.len() - 1].iter().all(u8::is_ascii_digit))
 }
 
@@ -654,7 +656,12 @@ mod tests {
             let text = format!("job line {i}\n");
             stream.extend(text.bytes());
             want.extend(text.bytes());
-            stream.extend(format!("[1,3]<stderr>:{l}\n").bytes());
+            let tag = if i % 2 == 0 {
+                "[1,3]<stderr>:"
+            } else {
+                "  3: "
+            };
+            stream.extend(format!("{tag}{l}\n").bytes());
         }
         for l in encode_file(token, "node-hA/matrix.csv", &big) {
             stream.extend(format!("{l}\n").bytes());
@@ -710,6 +717,23 @@ mod tests {
         let back = NodeDelivery::from_json(&d).unwrap();
         assert_eq!(back.handed_over, Some((2, "done".to_string())));
         assert_eq!((back.waited_ms, back.files.len()), (Some(40), 2));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A time stamp cannot be told from output until its end: it is taken with its frame
+    /// when the launcher's write of the line comes in one read (as Open MPI writes it).
+    #[test]
+    fn time_stamp_tags_go_with_their_frame() {
+        let dir = scratch("stamp");
+        let mut relay = Relay::new("t", Collector::new(&dir));
+        let mut out = Vec::new();
+        for l in encode_file("t", "node-hA/x", b"abc") {
+            let line = format!("[1,0]Thu Nov 26 13:00:18 2026<stderr>:{l}\n");
+            relay.feed(line.as_bytes(), &mut out);
+        }
+        relay.feed(b"Thu Nov 26 13:00:18 2026<stderr>:job\n", &mut out);
+        assert_eq!(out, b"Thu Nov 26 13:00:18 2026<stderr>:job\n");
+        assert_eq!(relay.collector.finish().0[0].files, ["x"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
