@@ -16,8 +16,9 @@ use topology::{Cluster, Machine};
     placements.csv, decisions.json, samples.json). The page is one self-contained file that \
     opens offline.\n\nFor the report directory of a job over several nodes (`huddle run \
     --node-managers --report DIR`: DIR/node-HOST/ per node, DIR/rank-matrix.csv) it writes \
-    the job's page: a row per node (state, ranks, first remap, migrations, link to the node's \
-    own page), the job's rank matrix grouped by node, and the placement advised for the next \
+    the job's page: a row per node (state, ranks, first remap, migrations, the way its report \
+    came: shared file system or the launcher's stderr, link to the node's own page), the job's \
+    rank matrix grouped by node, and the placement advised for the next \
     run (blocked, cyclic or mapped, as `huddle map --advise` compares them) against what ran, \
     with an Open MPI rankfile."
 )]
