@@ -681,7 +681,7 @@ static void frame_line(const char *line, size_t n, uint64_t until)
     write_all(2, line, n);
 }
 
-/* Sends file `path` as PATHNAME (node-HOST/NAME or rank-matrix.csv); 1 when it was sent. */
+/* Sends file `path` under `name` (node-HOST/NAME or rank-matrix.csv); 1 when it was sent. */
 static int frame_file(const char *token, const char *name, const char *path, uint64_t until)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
