@@ -111,12 +111,23 @@ EOF
         { echo "slurm-hosts: slurmctld did not start" >&2; tail -3 "$d/slurmctld.log" >&2; return 1; }
     SL_CTLD=$(sl_pid "$d/slurmctld.pid") ||
         { echo "slurm-hosts: slurmctld did not start" >&2; tail -3 "$d/slurmctld.log" >&2; return 1; }
+    # Each slurmd (and so its steps and ranks) gets a /sys of its host's network namespace, as
+    # `ip netns exec` would mount it, but with /sys/fs/cgroup carried over: UCX lists network
+    # devices from /sys/class/net, and with the root namespace's /sys it finds only lo in a host
+    # (MPICH's MPI_Init then aborts, no transport to the other host).
     for h in $NH_HOSTS; do
         # Its own mount namespace too: with NH_PRIVATE=DIR the host sees an empty tmpfs over
         # DIR, as a node that does not share that part of the launch node's file system.
-        nsenter --net="/run/netns/huddle-$h" unshare --uts --ipc --mount sh -c \
-            'hostname "$1" && { [ -z "$3" ] || mount -t tmpfs -o size=16m,mode=0755 huddle-private "$3"; } &&
-             exec slurmd -N "$1" -f "$2"' slurmd "$h" "$d/slurm.conf" "${NH_PRIVATE:-}" ||
+        mkdir -m 700 "$d/cgroup-$h" || return 1
+        nsenter --net="/run/netns/huddle-$h" unshare --uts --ipc --mount --propagation private sh -c '
+            hostname "$1" || exit 1
+            if [ -d /sys/fs/cgroup ]; then
+                mount --rbind /sys/fs/cgroup "$3" && mount -t sysfs sysfs /sys && mount --move "$3" /sys/fs/cgroup
+            else
+                mount -t sysfs sysfs /sys
+            fi || exit 1
+            [ -z "$4" ] || mount -t tmpfs -o size=16m,mode=0755 huddle-private "$4" || exit 1
+            exec slurmd -N "$1" -f "$2"' slurmd "$h" "$d/slurm.conf" "$d/cgroup-$h" "${NH_PRIVATE:-}" ||
             { echo "slurm-hosts: slurmd of $h did not start" >&2; tail -3 "$d/slurmd-$h.log" >&2; return 1; }
     done
     for i in $(seq 1 300); do
