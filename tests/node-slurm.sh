@@ -19,19 +19,28 @@
 #     both node managers start; hA's is killed with SIGKILL while the job runs; the job ends
 #     normally with the same output, hB's finishes its report, nothing is left behind.
 # Afterwards no Slurm or munge daemon, step or file of this test is left (checked too).
+# `tests/node-slurm.sh mpich` runs the same with MPICH's ranks (`srun --mpi=pmi2`, Slurm's
+# PMI-2), the job linked with tests/node/mpich-finalize.c as in tests/node-mpich.sh, and few
+# iterations (MPICH's waiting ranks spin on the 2 shared CPUs).
 # Skips (exit 0) only when the kernel refuses namespaces; a missing Slurm is a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 huddle=$root/target/release/huddle
-lib=$root/build/mpi/openmpi/libhuddle_pmpi.so
+mpi=${1:-openmpi}
+case $mpi in
+  openmpi) extra=() ;;
+  mpich) NT_MPICC=mpicc.mpich NODE_TEST_ITERS=${NODE_TEST_ITERS:-300} extra=(tests/node/mpich-finalize.c) ;;
+  *) echo "usage: tests/node-slurm.sh [openmpi|mpich]" >&2; exit 2 ;;
+esac
+lib=$root/build/mpi/$mpi/libhuddle_pmpi.so
 DAEMON=slurmstepd
 
 for f in "$huddle" "$lib"; do
   [ -e "$f" ] || { echo "FAIL $f missing: run make build (and make build-pmpi)"; exit 1; }
 done
-command -v mpicc.openmpi >/dev/null ||
-  { echo "FAIL Open MPI (mpicc.openmpi) not found: run scripts/bootstrap"; exit 1; }
+command -v "${NT_MPICC:-mpicc.openmpi}" >/dev/null ||
+  { echo "FAIL ${NT_MPICC:-mpicc.openmpi} not found: run scripts/bootstrap"; exit 1; }
 
 # shellcheck source=../mpi/svm/tests/netns-hosts.sh
 . mpi/svm/tests/netns-hosts.sh
@@ -52,7 +61,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-nt_hosts_up "node managers under Slurm"
+nt_hosts_up "node managers under Slurm ($mpi)" ${extra[@]+"${extra[@]}"}
 t0=$SECONDS
 # Each slurmd (and so each node's ranks and manager) sees an empty tmpfs over launch-only/.
 mkdir -p "$tmp/launch-only"
@@ -61,10 +70,15 @@ echo "     Slurm up: $(sinfo -h -o '%D nodes %t (%N)') ($((SECONDS - t0)) s)"
 slurm_dir=$SL_DIR
 
 # Open MPI's ranks, as srun starts them: TCP between hosts over the namespace network only;
-# mpi_yield_when_idle: 8 ranks share 2 CPUs, so waiting ranks must not spin. srun passes its
-# whole environment on (--export=ALL).
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=$NH_NET.0/24 OMPI_MCA_mpi_yield_when_idle=1
-launcher=(srun -N 2 -n 8)
+# mpi_yield_when_idle: 8 ranks share 2 CPUs, so waiting ranks must not spin. MPICH's: UCX
+# over the hosts' veths only. srun passes its whole environment on (--export=ALL).
+if [ "$mpi" = openmpi ]; then
+  export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=$NH_NET.0/24 OMPI_MCA_mpi_yield_when_idle=1
+  launcher=(srun -N 2 -n 8)
+else
+  export UCX_NET_DEVICES=hveth0
+  launcher=(srun --mpi=pmi2 -N 2 -n 8)
+fi
 program=("$tmp/pairs" 4 "$ITERS" "$BYTES")
 
 nt_plain_run "${launcher[@]}" "${program[@]}"
@@ -86,4 +100,4 @@ if [ -z "$left" ]; then
 else
   fail "left after stopping Slurm: $left"
 fi
-nt_summary "node-manager (Slurm)"
+nt_summary "node-manager (Slurm, $mpi)"

@@ -1,13 +1,16 @@
-# What tests/node-managers.sh (Open MPI's mpirun) and tests/node-slurm.sh (srun) share: the
-# checks of a 2-host job of tests/node/pairs.c on the namespace hosts hA and hB, with a node
-# manager started by the job on each host. Source it from the repository root after setting
+# What tests/node-managers.sh (Open MPI's mpirun), tests/node-mpich.sh (MPICH's hydra) and
+# tests/node-slurm.sh (srun) share: the checks of a 2-host job of tests/node/pairs.c on the
+# namespace hosts hA and hB, with a node manager started by the job on each host. Source it
+# from the repository root after setting
 #   huddle  the huddle binary;  tmp  the test's scratch directory (removed by the caller);
-#   DAEMON  the ranks' parent on a node (orted, slurmstepd), which each node manager must
-#           have attached to.
-# Then: nt_hosts_up WHAT (the job built, the hosts up), nt_plain_run CMD... (the reference output), nt_huddle_run CMD... (the launcher command
-# line under `huddle run --node-managers`), nt_sigkill_run REP CMD... (a job that starts its
-# node managers by itself, CMD with the agent's variables, one manager killed), and
-# nt_summary at the end. JOB_PID is the background job to stop on exit.
+#   DAEMON  the ranks' parent on a node (orted, hydra_pmi_proxy, slurmstepd), which each node
+#           manager must have attached to;
+#   NT_MPICC (optional) the compiler wrapper of the job, mpicc.openmpi by default.
+# Then: nt_hosts_up WHAT [EXTRA_SOURCE...] (the job built, the hosts up), nt_plain_run CMD...
+# (the reference output), nt_huddle_run CMD... (the launcher command line under `huddle run
+# --node-managers`), nt_sigkill_run REP CMD... (a job that starts its node managers by itself,
+# CMD with the agent's variables, one manager killed), and nt_summary at the end. JOB_PID is
+# the background job to stop on exit.
 ITERS=${NODE_TEST_ITERS:-20000}
 BYTES=262144
 fails=0
@@ -18,15 +21,19 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 board_dir=${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/huddle}
 [ -n "$board_dir" ] && [ -d "$XDG_RUNTIME_DIR" ] || board_dir=/tmp/huddle-$(id -u)
 
-# Builds the job into $tmp/pairs and brings the namespace hosts up; exits (0, with SKIP and
-# WHAT) where the kernel refuses namespaces, 1 on any other failure.
-nt_hosts_up() { # WHAT
-  mpicc.openmpi -O2 -Wall -o "$tmp/pairs" tests/node/pairs.c ||
-    { echo "FAIL cannot build tests/node/pairs.c"; exit 1; }
+# Builds the job into $tmp/pairs (with ${NT_MPICC:-mpicc.openmpi}, and any extra sources) and
+# brings the namespace hosts up; exits (0, with SKIP and WHAT) where the kernel refuses
+# namespaces, 1 on any other failure.
+nt_hosts_up() { # WHAT [EXTRA_SOURCE...]
+  local what=$1
+  shift
+  touch "$tmp/started"
+  "${NT_MPICC:-mpicc.openmpi}" -O2 -Wall -o "$tmp/pairs" tests/node/pairs.c "$@" ||
+    { echo "FAIL cannot build tests/node/pairs.c $*"; exit 1; }
   nh_up
   case $? in
     0) ;;
-    3) echo "SKIP: $1: the kernel refused network/UTS/IPC namespaces"; exit 0 ;;
+    3) echo "SKIP: $what: the kernel refused network/UTS/IPC namespaces"; exit 0 ;;
     *) echo "FAIL cannot set up the namespace hosts"; exit 1 ;;
   esac
 }
@@ -41,11 +48,13 @@ node_managers() {
 
 # What a job with node managers may leave: its boards, scratch rank matrices, detection
 # directories of its node managers (pids from node.json). Prints them; nothing = clean.
+# Boards and matrices older than this test ($tmp/started, from nt_hosts_up) are another job's:
+# the board directory is shared with every other huddle job of this user on the machine.
 leftovers() { # REPORT_DIR
   local f pid
   for f in "$board_dir"/*-hA.board "$board_dir"/*-hB.board "$board_dir"/*-hA.csv "$board_dir"/*-hB.csv \
     "$board_dir"/report-* "$1"/.huddle-launch-*; do
-    [ -e "$f" ] && echo "$f"
+    [ -e "$f" ] && [ "$f" -nt "$tmp/started" ] && echo "$f"
   done
   for pid in $(cat "$1"/node-*/node.json 2>/dev/null | sed -n 's/^ *"pid": \([0-9]*\).*/\1/p'); do
     for f in "${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}"/huddle-detect-"$pid"-* /tmp/huddle-detect-"$pid"-*; do
