@@ -14,8 +14,8 @@ for impl in openmpi mpich; do
   mkdir -p "$out/$impl"
   flags=(-O2 -g -Wall -Wextra -Wno-stringop-overflow)
   "$cc" "${flags[@]}" -fPIC -shared -o "$out/$impl/libhuddle_pmpi.so" "$root/mpi/pmpi/huddle_pmpi.c"
-  # Bytes only (no time split, no receive/probe/completion wrappers): what huddle run and
-  # huddle detect preload unless the policy is simmer.
+  # Bytes only (no time split, no receive/probe/completion wrappers): what huddle run, huddle
+  # detect and huddle run --node-managers preload unless the policy is simmer.
   "$cc" "${flags[@]}" -DHUDDLE_PMPI_BYTES_ONLY -fPIC -shared -o "$out/$impl/libhuddle_pmpi_bytes.so" \
     "$root/mpi/pmpi/huddle_pmpi.c"
   for t in traffic nofinalize crash timesplit frames; do

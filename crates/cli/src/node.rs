@@ -504,7 +504,9 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
             ))
         })?
     };
-    let lib = crate::agent::pmpi_library_for(flavour, false).map_err(bad_input)?;
+    // Bytes alone unless the policy is simmer, as under `huddle run` (docs/pmpi.md).
+    let timesplit = c.policy == "simmer";
+    let lib = crate::agent::pmpi_library_for(flavour, !timesplit).map_err(bad_input)?;
     let node_args = forwarded(c)?;
     // The options the node managers will run with, checked here once rather than on every
     // node (`simmer` with the name of a board: each node manager reads its node's own).
@@ -526,6 +528,10 @@ pub fn launch(args: crate::run::RunArgs) -> anyhow::Result<i32> {
         "HUDDLE_NODE_ARGS",
         "HUDDLE_RANK_MATRIX",
     ];
+    if !timesplit {
+        std::env::set_var("HUDDLE_PMPI_TIMESPLIT", "0");
+        vars.push("HUDDLE_PMPI_TIMESPLIT");
+    }
     // Whether a node sees the report directory: the marker with this job's random token in
     // it. A node that does not find it (no shared file system, or one that shows the
     // directory late) hands its report over through the launcher's stderr instead; a marker
