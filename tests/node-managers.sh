@@ -36,24 +36,11 @@ huddle=$root/target/release/huddle
 lib=$root/build/mpi/openmpi/libhuddle_pmpi.so
 DAEMON=orted
 
-for f in "$huddle" "$lib"; do
-  [ -e "$f" ] || { echo "FAIL $f missing: run make build (and make build-pmpi)"; exit 1; }
-done
-command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null ||
-  { echo "FAIL Open MPI (mpicc.openmpi, mpirun.openmpi) not found: run scripts/bootstrap"; exit 1; }
-
 # shellcheck source=../mpi/svm/tests/netns-hosts.sh
 . mpi/svm/tests/netns-hosts.sh
 # shellcheck source=node/common.sh
 . tests/node/common.sh
-tmp=$(mktemp -d /tmp/huddle-node-test.XXXXXX)
-cleanup() {
-  [ -z "$JOB_PID" ] || kill -TERM "$JOB_PID" 2>/dev/null
-  nh_down
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+nt_prepare openmpi "Open MPI"
 
 nt_hosts_up "node managers"
 

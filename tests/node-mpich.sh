@@ -24,24 +24,11 @@ DAEMON=hydra_pmi_proxy
 NODE_TEST_ITERS=${NODE_TEST_ITERS:-300}
 NT_MPICC=mpicc.mpich
 
-for f in "$huddle" "$lib"; do
-  [ -e "$f" ] || { echo "FAIL $f missing: run make build (and make build-pmpi)"; exit 1; }
-done
-command -v mpicc.mpich >/dev/null && command -v mpirun.mpich >/dev/null ||
-  { echo "FAIL MPICH (mpicc.mpich, mpirun.mpich) not found: run scripts/bootstrap"; exit 1; }
-
 # shellcheck source=../mpi/svm/tests/netns-hosts.sh
 . mpi/svm/tests/netns-hosts.sh
 # shellcheck source=node/common.sh
 . tests/node/common.sh
-tmp=$(mktemp -d /tmp/huddle-node-mpich.XXXXXX)
-cleanup() {
-  [ -z "$JOB_PID" ] || kill -TERM "$JOB_PID" 2>/dev/null
-  nh_down
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+nt_prepare mpich "MPICH"
 
 nt_hosts_up "node managers under MPICH" tests/node/mpich-finalize.c
 

@@ -2,7 +2,8 @@
 # tests/node-slurm.sh (srun) share: the checks of a 2-host job of tests/node/pairs.c on the
 # namespace hosts hA and hB, with a node manager started by the job on each host. Source it
 # from the repository root after setting
-#   huddle  the huddle binary;  tmp  the test's scratch directory (removed by the caller);
+#   huddle  the huddle binary;  tmp  the test's scratch directory (made by nt_prepare, or
+#           by the caller, who removes it);
 #   DAEMON  the ranks' parent on a node (orted, hydra_pmi_proxy, slurmstepd), which each node
 #           manager must have attached to;
 #   NT_MPICC (optional) the compiler wrapper of the job, mpicc.openmpi by default.
@@ -20,6 +21,26 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 
 board_dir=${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/huddle}
 [ -n "$board_dir" ] && [ -d "$XDG_RUNTIME_DIR" ] || board_dir=/tmp/huddle-$(id -u)
+
+# For a launcher test (tests/node-managers.sh, tests/node-mpich.sh): $huddle and $lib (the PMPI
+# agent) built, MPI IMPL's compiler and launcher there (NAME for the message), $tmp made, and on
+# exit the job stopped, the hosts down and $tmp removed.
+nt_prepare() { # IMPL NAME
+  local f
+  for f in "$huddle" "$lib"; do
+    [ -e "$f" ] || { echo "FAIL $f missing: run make build (and make build-pmpi)"; exit 1; }
+  done
+  command -v "mpicc.$1" >/dev/null && command -v "mpirun.$1" >/dev/null ||
+    { echo "FAIL $2 (mpicc.$1, mpirun.$1) not found: run scripts/bootstrap"; exit 1; }
+  tmp=$(mktemp -d /tmp/huddle-node-test.XXXXXX)
+  trap nt_cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+nt_cleanup() {
+  [ -z "$JOB_PID" ] || kill -TERM "$JOB_PID" 2>/dev/null
+  nh_down
+  rm -rf "$tmp"
+}
 
 # Builds the job into $tmp/pairs (with ${NT_MPICC:-mpicc.openmpi}, and any extra sources) and
 # brings the namespace hosts up; exits (0, with SKIP and WHAT) where the kernel refuses
