@@ -1,12 +1,15 @@
 # Node managers (`huddle node`, docs/cluster.md): a 2-host MPI job on network-namespace hosts
-# (mpi/svm/tests/netns-hosts.sh) under Open MPI and under MPICH's hydra, a node manager started
-# by the job on each; and the same job under a real Slurm (srun) that the test starts on those
-# hosts, with Open MPI's ranks and with MPICH's.
-TEST_STEPS += test-node-managers test-node-mpich test-node-slurm test-node-slurm-mpich
+# (mpi/svm/tests/netns-hosts.sh) under Open MPI (and a 4-host one) and under MPICH's hydra, a
+# node manager started by the job on each; and the same job under a real Slurm (srun) that the
+# test starts on those hosts, with Open MPI's ranks and with MPICH's.
+TEST_STEPS += test-node-managers test-node-four-hosts test-node-mpich test-node-slurm test-node-slurm-mpich
 
-.PHONY: test-node-managers test-node-mpich test-node-slurm test-node-slurm-mpich
+.PHONY: test-node-managers test-node-four-hosts test-node-mpich test-node-slurm test-node-slurm-mpich
 test-node-managers: build-pmpi
 	tests/node-managers.sh
+
+test-node-four-hosts: build-pmpi
+	tests/node-four-hosts.sh
 
 test-node-mpich: build-pmpi
 	tests/node-mpich.sh
