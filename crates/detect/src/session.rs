@@ -9,7 +9,7 @@ use crate::owners::PageOwners;
 use crate::perf::{self, PerfError, PerfSource, Record, Sampled};
 use crate::procmaps::{self, Vma};
 use crate::procs;
-use crate::sharers::{mix, SharerTable};
+use crate::sharers::{mix, PageState, PageTable, SharerTable};
 pub use crate::spawn::resolve_program;
 use crate::spawn::{ExecFailed, HeldChild};
 use agent_abi::ring::{self, RingView};
@@ -199,6 +199,10 @@ pub struct Stats {
     pub faults: u64,
     /// Communication events (matrix increments, each pair counted once).
     pub comm_events: u64,
+    /// The same counted by page, for private memory (see `page_mode_pids`).
+    pub page_comm_events: u64,
+    /// Processes whose threads the matrix pairs by page (see `Session::page_mode`).
+    pub page_mode_pids: Vec<u32>,
     /// `faults / elapsed_s`.
     pub faults_per_s: f64,
     /// Records the kernel dropped (PERF_RECORD_LOST).
@@ -328,6 +332,13 @@ pub struct Session {
     /// The ring of each process with an agent.
     ring_of_pid: IdMap<PathBuf>,
     table: SharerTable,
+    /// The same faults of private memory keyed by page (see [`Session::page_mode`]); None
+    /// when blocks are pages already.
+    pages: Option<PageTable>,
+    /// Events the page table found, per task pair, as `counts`.
+    page_counts: Vec<Vec<u64>>,
+    /// What each process's private faults gave by block and by page.
+    granule_events: IdMap<Granules>,
     /// Live program threads (agent helpers not counted) per process, in thread granularity.
     threads_of_pid: IdMap<u32>,
     /// With `Config::within_process`: which processes have two threads at work.
@@ -374,6 +385,12 @@ const RING_SCAN_NS: u64 = 100_000_000;
 /// likely tens of seconds old at the default rate, from another phase of the program. 500 ms
 /// lost most focus events when many pages waited (pipeline, 8 threads).
 const PRIVATE_HISTORY_MS: u32 = 4000;
+/// The page table has this share of the block table's slots (a page holds 16 blocks of 256 B).
+const PAGE_TABLE_SHARE: usize = 16;
+const PAGE_SHIFT: u32 = 12;
+/// Page mode needs this many page events of the process, and blocks under 1 / RATIO of them.
+const PAGE_MODE_MIN_EVENTS: u64 = 32;
+const PAGE_MODE_RATIO: u64 = 8;
 
 pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -417,6 +434,10 @@ impl Session {
             rings: HashMap::new(),
             ring_of_pid: IdMap::default(),
             table: SharerTable::new(cfg.table_slots),
+            pages: (cfg.block_size < 1 << PAGE_SHIFT)
+                .then(|| PageTable::new((cfg.table_slots / PAGE_TABLE_SHARE).max(1024))),
+            page_counts: Vec::new(),
+            granule_events: IdMap::default(),
             threads_of_pid: IdMap::default(),
             busy: cfg.within_process.then(BusyProcesses::default),
             owners: (cfg.page_owners > 0)
@@ -957,6 +978,7 @@ impl Session {
         });
         self.index.insert(key, i);
         self.counts.push(Vec::new());
+        self.page_counts.push(Vec::new());
         i
     }
 
@@ -1045,17 +1067,35 @@ impl Session {
             if let Some(b) = budget.as_mut() {
                 b.event(t, q);
             }
-            for (a, b) in [(t, q), (q, t)] {
-                let row = &mut counts[a];
-                if row.len() <= b {
-                    row.resize(b + 1, 0);
-                }
-                row[b] += 1;
-            }
+            add_event(counts, t, q);
             events += 1;
         });
         self.comm_events += events;
+        if let (false, Some(pages)) = (shared, self.pages.as_mut()) {
+            let page_key = mix(pid as u64 ^ 0x5041_4745) ^ (addr >> PAGE_SHIFT);
+            let page_counts = &mut self.page_counts;
+            let mut page_events = 0;
+            let (before, after) = pages.record_at(page_key, t32, now_ms, keep_ms, |q| {
+                add_event(page_counts, t, q as usize);
+                page_events += 1;
+            });
+            let tally = self.granule_events.entry(pid).or_default();
+            tally.block_events += events;
+            tally.page_events += page_events;
+            if before != after {
+                match after {
+                    PageState::Paired => tally.paired_pages += 1,
+                    PageState::Crowded => tally.crowded_pages += 1,
+                    PageState::Fresh => {}
+                }
+            }
+        }
         true
+    }
+
+    /// Whether the matrix pairs process `pid`'s threads by page (see [`Granules::by_page`]).
+    fn page_mode(&self, pid: u32) -> bool {
+        self.granule_events.get(&pid).is_some_and(Granules::by_page)
     }
 
     /// Whether a fault of process `pid` on its private memory is to stay out of the sharer
@@ -1091,22 +1131,31 @@ impl Session {
         let mut m = CommMatrix::zeros(rows.len());
         for (i, &a) in rows.iter().enumerate() {
             for (j, &b) in rows.iter().enumerate() {
-                let v = self
-                    .counts
-                    .get(a)
-                    .and_then(|r| r.get(b))
-                    .copied()
-                    .unwrap_or(0);
-                m.set(i, j, v as f64);
+                m.set(i, j, self.count(a, b) as f64);
             }
         }
         m
     }
 
+    /// Events between tasks `a` and `b`: by page between two threads of a process in page
+    /// mode, by block otherwise.
+    fn count(&self, a: usize, b: usize) -> u64 {
+        let by_page = self.pages.is_some()
+            && self.tasks[a].pid == self.tasks[b].pid
+            && self.page_mode(self.tasks[a].pid);
+        let rows = if by_page {
+            &self.page_counts
+        } else {
+            &self.counts
+        };
+        rows.get(a).and_then(|r| r.get(b)).copied().unwrap_or(0)
+    }
+
     /// Total communication of each task (row sums).
     pub fn task_totals(&self) -> Vec<u64> {
-        (0..self.tasks.len())
-            .map(|i| self.counts.get(i).map(|r| r.iter().sum()).unwrap_or(0))
+        let n = self.tasks.len();
+        (0..n)
+            .map(|a| (0..n).map(|b| self.count(a, b)).sum())
             .collect()
     }
 
@@ -1141,6 +1190,7 @@ impl Session {
     /// CDSM aging after a migration: every count M -= M >> 2 (counts under 4 stay).
     pub fn age(&mut self) {
         age_rows(&mut self.counts);
+        age_rows(&mut self.page_counts);
     }
 
     /// The counters now (reads the agents' ring headers and this process's rusage).
@@ -1150,6 +1200,14 @@ impl Session {
             elapsed_s: elapsed,
             faults: self.faults,
             comm_events: self.comm_events,
+            page_comm_events: self.granule_events.values().map(|g| g.page_events).sum(),
+            page_mode_pids: {
+                let mut pids: Vec<u32> = (self.granule_events.keys().copied())
+                    .filter(|&pid| self.page_mode(pid))
+                    .collect();
+                pids.sort_unstable();
+                pids
+            },
             faults_per_s: self.faults as f64 / elapsed.max(1e-9),
             perf_lost: self.perf.as_ref().map_or(0, |p| p.lost),
             table_bytes: self.table.memory_bytes(),
@@ -1224,6 +1282,44 @@ impl Drop for Session {
         if let Some(d) = &self.dir {
             let _ = std::fs::remove_dir_all(d);
         }
+    }
+}
+
+/// A process's private faults by block and by page (see `Session::page_mode`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Granules {
+    block_events: u64,
+    page_events: u64,
+    /// Pages that paired two tasks, and pages that had three or more.
+    paired_pages: u64,
+    crowded_pages: u64,
+}
+
+impl Granules {
+    /// Whether to pair the process's threads by page rather than by block: when blocks saw
+    /// under an eighth of what pages saw, on pages that pair the same two tasks again and
+    /// again (1.5 events a page or more) and seldom a third (one page crowded for eight
+    /// paired at most). Then the threads share pages but enter them at different blocks:
+    /// Fortran arrays in a COMMON block that starts inside a page, where two tiles' sweeps
+    /// enter an edge page 768 bytes apart and blocks see none of it (docs/detect.md). Tasks
+    /// writing their own blocks of shared pages (`false-sharing`) pair each page about once
+    /// or crowd it, and stay by block.
+    fn by_page(&self) -> bool {
+        self.page_events >= PAGE_MODE_MIN_EVENTS
+            && self.block_events * PAGE_MODE_RATIO < self.page_events
+            && 2 * self.page_events >= 3 * self.paired_pages
+            && self.crowded_pages * 8 <= self.paired_pages
+    }
+}
+
+/// Counts one event between tasks `a` and `b` in both directions.
+fn add_event(rows: &mut [Vec<u64>], a: usize, b: usize) {
+    for (x, y) in [(a, b), (b, a)] {
+        let row = &mut rows[x];
+        if row.len() <= y {
+            row.resize(y + 1, 0);
+        }
+        row[y] += 1;
     }
 }
 
@@ -1402,6 +1498,28 @@ mod tests {
         assert!(in_tree(&mut tree, &fork(12, 12)));
         assert!(in_tree(&mut tree, &fault(12)));
         assert!(in_tree(&mut tree, &Record::Lost { lost: 3 }));
+    }
+
+    #[test]
+    fn pages_only_where_blocks_miss_what_two_tasks_share_again_and_again() {
+        use super::Granules;
+        let g = |block_events, page_events, paired_pages, crowded_pages| Granules {
+            block_events,
+            page_events,
+            paired_pages,
+            crowded_pages,
+        };
+        // Measured (huddle detect, 2026-11-26): layout-f stencil x4 and halo x4.
+        assert!(g(0, 263, 88, 0).by_page());
+        assert!(g(50, 472, 15, 0).by_page());
+        // layout-f stencil x4 at a floor of 2000 pages/s: many pages, each paired about twice.
+        assert!(g(1, 2311, 1202, 1).by_page());
+        // false-sharing x8: a page pairs once, then a third task crowds it.
+        assert!(!g(2, 1092, 1009, 239).by_page());
+        // layout-c stencil x4: blocks see enough.
+        assert!(!g(231, 334, 35, 1).by_page());
+        // Too few events to say.
+        assert!(!g(0, 20, 5, 0).by_page());
     }
 
     #[test]

@@ -165,9 +165,102 @@ impl SharerTable {
     }
 }
 
+/// The sharer table at page granularity, for private memory whose sharers enter a page at
+/// different blocks (see `Session::page_mode`). A page that more than two tasks touched
+/// while in the table (a flag, a barrier, or tasks writing their own blocks of one page, as
+/// in the `false-sharing` workload) is crowded: it gives no events until its slot goes to
+/// another page. Two tasks either side of a block edge are what this table is for; as the
+/// agent's focus table (MAX_TIDS), it takes more as contention, not communication.
+pub struct PageTable {
+    table: SharerTable,
+    /// Per slot of `table`: what its page has shown so far.
+    state: Vec<PageState>,
+}
+
+/// What a page of the [`PageTable`] has shown since it took its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageState {
+    /// One task, or none yet.
+    Fresh,
+    /// Two tasks: events.
+    Paired,
+    /// Three or more: no events any more.
+    Crowded,
+}
+
+impl PageTable {
+    /// A table of `slots` entries (a power of two, at least 1).
+    pub fn new(slots: usize) -> PageTable {
+        let table = SharerTable::new(slots);
+        let state = vec![PageState::Fresh; table.slots()];
+        PageTable { table, state }
+    }
+
+    /// As [`SharerTable::record_at`], but no events from a crowded page. Returns the page's
+    /// state before and after the fault.
+    pub fn record_at(
+        &mut self,
+        key: u64,
+        task: u32,
+        now_ms: u32,
+        keep_ms: u32,
+        mut partner: impl FnMut(u32),
+    ) -> (PageState, PageState) {
+        let i = self.table.index(key);
+        if self.table.slots[i].key != key || self.table.slots[i].tasks[0] == EMPTY {
+            self.state[i] = PageState::Fresh;
+        }
+        let before = self.state[i];
+        let mut partners = [0u32; WAYS];
+        let mut n = 0;
+        self.table.record_at(key, task, now_ms, keep_ms, |q| {
+            partners[n] = q;
+            n += 1;
+        });
+        self.state[i] = match (before, n) {
+            (PageState::Crowded, _) | (_, 2..) => PageState::Crowded,
+            (PageState::Fresh, 0) => PageState::Fresh,
+            _ => PageState::Paired,
+        };
+        if self.state[i] != PageState::Crowded {
+            partners[..n].iter().for_each(|&q| partner(q));
+        }
+        (before, self.state[i])
+    }
+
+    /// Bytes the table occupies.
+    pub fn memory_bytes(&self) -> usize {
+        self.table.memory_bytes() + self.state.len() * std::mem::size_of::<PageState>()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_table_pairs_two_tasks_and_stops_at_a_third() {
+        let mut t = PageTable::new(64);
+        let events = |t: &mut PageTable, key, task| {
+            let mut v = Vec::new();
+            let states = t.record_at(key, task, 0, u32::MAX, |q| v.push(q));
+            (v, states.1)
+        };
+        use PageState::*;
+        assert_eq!(events(&mut t, 7, 0), (vec![], Fresh));
+        assert_eq!(events(&mut t, 7, 1), (vec![0], Paired));
+        assert_eq!(events(&mut t, 7, 0), (vec![1], Paired));
+        // A third task: contention, and the page stays quiet after it.
+        assert_eq!(events(&mut t, 7, 2), (vec![], Crowded));
+        assert_eq!(events(&mut t, 7, 0), (vec![], Crowded));
+        assert_eq!(events(&mut t, 7, 1), (vec![], Crowded));
+        // Another page in that slot starts afresh.
+        let other = (0..u64::MAX)
+            .find(|&k| k != 7 && t.table.index(k) == t.table.index(7))
+            .unwrap();
+        assert_eq!(events(&mut t, other, 3), (vec![], Fresh));
+        assert_eq!(events(&mut t, other, 4), (vec![3], Paired));
+    }
 
     #[test]
     fn neighbouring_blocks_take_neighbouring_slots_from_a_random_start() {
