@@ -227,11 +227,6 @@ impl PageTable {
         }
         (before, self.state[i])
     }
-
-    /// Bytes the table occupies.
-    pub fn memory_bytes(&self) -> usize {
-        self.table.memory_bytes() + self.state.len() * std::mem::size_of::<PageState>()
-    }
 }
 
 #[cfg(test)]
