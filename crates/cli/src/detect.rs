@@ -367,6 +367,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             );
         }
     }
+    if !stats.page_mode_pids.is_empty() {
+        let pids: Vec<String> = stats.page_mode_pids.iter().map(u32::to_string).collect();
+        eprintln!(
+            "huddle: note: the threads of process {} are paired by page, not by {}-byte block: they share pages but enter them at different blocks (docs/detect.md, page mode)",
+            pids.join(", "),
+            args.block_size
+        );
+    }
     // The helpers' CPU is part of the target's; the program's own is what is left.
     let cost = match stats.target_cpu_s {
         Some(t) if t - stats.agent_cpu_s > 0.0 => format!(
@@ -376,8 +384,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         ),
         _ => String::new(),
     };
+    let by_page = match stats.page_mode_pids.is_empty() {
+        true => String::new(),
+        false => format!(" ({} by page)", stats.page_comm_events),
+    };
     eprintln!(
-        "huddle: {} tasks in the matrix ({} seen), {} faults, {} communication events -> {}{cost}",
+        "huddle: {} tasks in the matrix ({} seen), {} faults, {} communication events{by_page} -> {}{cost}",
         rows.len(),
         tasks.len(),
         stats.faults,
