@@ -1128,21 +1128,28 @@ impl Session {
 
     /// The matrix restricted to the given task indexes, in that order.
     pub fn matrix_of(&self, rows: &[usize]) -> CommMatrix {
+        let paged = self.paged_tasks();
         let mut m = CommMatrix::zeros(rows.len());
         for (i, &a) in rows.iter().enumerate() {
             for (j, &b) in rows.iter().enumerate() {
-                m.set(i, j, self.count(a, b) as f64);
+                m.set(i, j, self.count(a, b, &paged) as f64);
             }
         }
         m
     }
 
+    /// For each task, whether its process is in page mode (looked up once per matrix).
+    fn paged_tasks(&self) -> Vec<bool> {
+        let any = self.pages.is_some() && !self.granule_events.is_empty();
+        (self.tasks.iter())
+            .map(|t| any && self.page_mode(t.pid))
+            .collect()
+    }
+
     /// Events between tasks `a` and `b`: by page between two threads of a process in page
-    /// mode, by block otherwise.
-    fn count(&self, a: usize, b: usize) -> u64 {
-        let by_page = self.pages.is_some()
-            && self.tasks[a].pid == self.tasks[b].pid
-            && self.page_mode(self.tasks[a].pid);
+    /// mode (`paged`, from [`Session::paged_tasks`]), by block otherwise.
+    fn count(&self, a: usize, b: usize, paged: &[bool]) -> u64 {
+        let by_page = paged[a] && self.tasks[a].pid == self.tasks[b].pid;
         let rows = if by_page {
             &self.page_counts
         } else {
@@ -1153,9 +1160,10 @@ impl Session {
 
     /// Total communication of each task (row sums).
     pub fn task_totals(&self) -> Vec<u64> {
+        let paged = self.paged_tasks();
         let n = self.tasks.len();
         (0..n)
-            .map(|a| (0..n).map(|b| self.count(a, b)).sum())
+            .map(|a| (0..n).map(|b| self.count(a, b, &paged)).sum())
             .collect()
     }
 
