@@ -18,6 +18,11 @@
 #  2. Without huddle (`srun --export=ALL,LD_PRELOAD=...,HUDDLE_NODE=1,...`, as a user would):
 #     both node managers start; hA's is killed with SIGKILL while the job runs; the job ends
 #     normally with the same output, hB's finishes its report, nothing is left behind.
+#  3. A batch script (`sbatch --wait -N 2 -n 8`) with two srun steps that set the variables by
+#     hand with HUDDLE_NODE_REPORT=DIR/job-%j/step-%s: each step's node managers report into
+#     their own DIR/job-JOB/step-0 and step-1 (made with their parent), both nodes each, the
+#     steps' output unchanged. Then another job into DIR/job-JOB/step-%s, which is step-0
+#     again: it runs and says it keeps the earlier report, whose files are unchanged.
 # Afterwards no Slurm or munge daemon, step or file of this test is left (checked too).
 # `tests/node-slurm.sh mpich` runs the same with MPICH's ranks (`srun --mpi=pmi2`, Slurm's
 # PMI-2), the job linked with tests/node/mpich-finalize.c as in tests/node-mpich.sh, and few
@@ -89,6 +94,65 @@ rep=$tmp/report2
 nt_sigkill_run "$rep" "${launcher[@]}" \
   "--export=ALL,LD_PRELOAD=$lib,HUDDLE_NODE=1,HUDDLE_BIN=$huddle,HUDDLE_NODE_REPORT=$rep,HUDDLE_RANK_MATRIX=none" \
   "${program[@]}"
+
+# 3. Steps of a batch script, each with its own report directory (HUDDLE_NODE_REPORT=.../step-%s).
+batch_steps_run() {
+  local rep t0=$SECONDS rc s h bad= sums
+  local vars="ALL,LD_PRELOAD=$lib,HUDDLE_NODE=1,HUDDLE_BIN=$huddle,HUDDLE_RANK_MATRIX=none"
+  {
+    echo '#!/bin/sh'
+    for s in 0 1; do
+      echo "${launcher[*]} --export=$vars,HUDDLE_NODE_REPORT=$tmp/batch/job-%j/step-%s ${program[*]} >$tmp/step-$s.out || exit 1"
+    done
+  } >"$tmp/steps.sh"
+  timeout -k 5 300 sbatch --wait -N 2 -n 8 -o "$tmp/batch.log" "$tmp/steps.sh" >/dev/null 2>"$tmp/batch.err"
+  rc=$?
+  rep=$(echo "$tmp"/batch/job-*)
+  for s in 0 1; do cmp -s "$tmp/plain.out" "$tmp/step-$s.out" || bad+=" step $s's output differs;"; done
+  if [ $rc -eq 0 ] && [ -z "$bad" ]; then
+    pass "sbatch --wait with two srun steps: rc 0, each step's output unchanged ($((SECONDS - t0)) s)"
+  else
+    fail "sbatch with two steps: rc $rc,$bad $(tail -3 "$tmp/batch.err" "$tmp/batch.log" 2>/dev/null | tr '\n' ' ')"
+  fi
+  # Nobody waits for the managers of a job launched without huddle: give them the time.
+  bad=
+  for s in 0 1; do
+    for h in hA hB; do
+      for _ in $(seq 1 200); do
+        grep -q '"state": "done"' "$rep/step-$s/node-$h/node.json" 2>/dev/null && break
+        sleep 0.1
+      done
+      grep -q '"state": "done"' "$rep/step-$s/node-$h/node.json" 2>/dev/null && [ -s "$rep/step-$s/node-$h/index.html" ] ||
+        bad+=" step-$s/node-$h: $(tail -1 "$rep/step-$s/node-$h/node.log" 2>/dev/null);"
+    done
+  done
+  if [ -z "$bad" ]; then
+    pass "each step's node managers reported into its own directory: ${rep#"$tmp"/}/step-0 and step-1, node-hA and node-hB each"
+  else
+    fail "batch steps' reports missing:$bad"
+  fi
+  # A new job (its one step is step 0 too) into the same pattern: the earlier report stays.
+  sums=$(cat "$rep"/step-0/node-*/* 2>/dev/null | md5sum)
+  timeout -k 5 150 "${launcher[@]}" "--export=$vars,HUDDLE_NODE_REPORT=$rep/step-%s" "${program[@]}" \
+    >"$tmp/again.out" 2>"$tmp/again.err"
+  rc=$?
+  no_node_managers 20
+  if [ $rc -eq 0 ] && cmp -s "$tmp/plain.out" "$tmp/again.out" &&
+    grep -q "step-0/node-hA holds an earlier job's report, kept" "$tmp/again.err" &&
+    grep -q "step-0/node-hB holds an earlier job's report, kept" "$tmp/again.err" &&
+    [ "$sums" = "$(cat "$rep"/step-0/node-*/* 2>/dev/null | md5sum)" ]; then
+    pass "a later job into step-0 again: same output, both nodes say they keep the earlier report, its files unchanged"
+  else
+    fail "a later job into step-0 again: rc $rc, $(grep -c . "$tmp/again.err") stderr lines: $(grep huddle "$tmp/again.err" | head -2 | tr '\n' ' ')"
+  fi
+  left=$(leftovers "$rep/step-0"; leftovers "$rep/step-1")
+  if [ -z "$left" ]; then
+    pass "nothing left after the batch steps"
+  else
+    fail "left behind after the batch steps: $(echo "$left" | tr '\n' ' ')"
+  fi
+}
+batch_steps_run
 
 # Slurm is gone with the test's hosts: no daemon, step or rank of it, no file of it.
 sl_down

@@ -18,7 +18,7 @@ for impl in openmpi mpich; do
   # detect and huddle run --node-managers preload unless the policy is simmer.
   "$cc" "${flags[@]}" -DHUDDLE_PMPI_BYTES_ONLY -fPIC -shared -o "$out/$impl/libhuddle_pmpi_bytes.so" \
     "$root/mpi/pmpi/huddle_pmpi.c"
-  for t in traffic nofinalize crash timesplit frames; do
+  for t in traffic nofinalize crash timesplit frames slurm_pattern; do
     "$cc" "${flags[@]}" -o "$out/$impl/$t" "$root/mpi/pmpi/tests/$t.c"
   done
   # The Fortran traffic test once per Fortran binding (mpif.h, use mpi, use mpi_f08).

@@ -92,6 +92,7 @@ static struct {
     int manager_started;   /* this rank started the node's manager */
     int forward;           /* the report directory is not seen here: hand the report over on stderr */
     char local_report[3100]; /* with forward: the node-local directory the manager reports into */
+    char node_report[3000];  /* HUDDLE_NODE_REPORT with %j and %s expanded; empty: none */
 } g = {.perf_fd = -1, .keyval = MPI_KEYVAL_INVALID};
 
 /* initial-exec: a preloaded library may use static TLS, and it avoids __tls_get_addr calls. */
@@ -635,13 +636,77 @@ static int token_ok(const char *t)
     return n > 0 && n <= 64;
 }
 
+/* Writes `in` to `out` with Slurm's %j (SLURM_JOB_ID) and %s (SLURM_STEP_ID) expanded and %%
+ * made %, so that the steps of one batch script can give each its own report directory.
+ * Returns 0, or -1 with `why` set: a pattern whose variable is not set, or too long. */
+static int expand_slurm_pattern(const char *in, char *out, size_t len, const char **why)
+{
+    size_t o = 0;
+    for (const char *c = in; *c; c++) {
+        const char *add = NULL;
+        char one[2] = {*c, 0};
+        if (*c == '%' && (c[1] == 'j' || c[1] == 's')) {
+            add = getenv(c[1] == 'j' ? "SLURM_JOB_ID" : "SLURM_STEP_ID");
+            if (!add || !*add) {
+                *why = c[1] == 'j' ? "it has %j but SLURM_JOB_ID is not set (not under srun)"
+                                   : "it has %s but SLURM_STEP_ID is not set (not under srun)";
+                return -1;
+            }
+            c++;
+        } else if (*c == '%' && c[1] == '%') {
+            add = "%";
+            c++;
+        } else {
+            add = one;
+        }
+        size_t n = strlen(add);
+        if (o + n >= len) {
+            *why = "it is too long";
+            return -1;
+        }
+        memcpy(out + o, add, n);
+        o += n;
+    }
+    out[o] = 0;
+    return 0;
+}
+
+/* mkdir -p, mode 0700 for what it makes (a report directory per step, DIR/job-%j/step-%s,
+ * whose parent is new too); errors are left to whoever uses the directory. */
+static void mkdir_parents(const char *path)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *c = p + 1; *c; c++)
+        if (*c == '/') {
+            *c = 0;
+            mkdir(p, 0700);
+            *c = '/';
+        }
+    mkdir(p, 0700);
+}
+
+/* Fills g.node_report from HUDDLE_NODE_REPORT; on a bad pattern, rank 0 says why and no
+ * report is written (the node managers still run). */
+static void read_node_report(void)
+{
+    const char *report = getenv("HUDDLE_NODE_REPORT"), *why = NULL;
+    g.node_report[0] = 0;
+    if (!report || !*report) return;
+    if (expand_slurm_pattern(report, g.node_report, sizeof g.node_report, &why) != 0) {
+        g.node_report[0] = 0;
+        if (g.rank == 0)
+            fprintf(stderr, "huddle-pmpi: HUDDLE_NODE_REPORT=%s: %s: no node reports\n", report, why);
+    }
+}
+
 /* Decides g.forward: a token was given and its marker is not at HUDDLE_NODE_REPORT. A marker
  * missed on a shared directory (a late NFS view) only makes the report take the longer way;
  * a random token cannot be found where the directory is another one. */
 static void choose_report_route(void)
 {
-    const char *report = getenv("HUDDLE_NODE_REPORT"), *token = getenv("HUDDLE_NODE_TOKEN");
-    if (!node_mode() || !report || !*report || !token || !token_ok(token)) return;
+    const char *report = g.node_report, *token = getenv("HUDDLE_NODE_TOKEN");
+    if (!node_mode() || !*report || !token || !token_ok(token)) return;
     char marker[4400], dir[3000];
     snprintf(marker, sizeof marker, "%s/.huddle-launch-%s", report, token);
     if (access(marker, F_OK) == 0) return;
@@ -824,11 +889,24 @@ static void start_node_manager(void)
     }
     char host[HOSTNAME_SIZE];
     host_name(host, sizeof host);
-    const char *report = g.forward ? g.local_report : getenv("HUDDLE_NODE_REPORT");
+    const char *report = g.forward ? g.local_report : g.node_report;
     int logfd = -1;
-    if (report && *report) {
+    if (*report) {
         char dir[4200];
-        mkdir(report, 0700); /* or there already: huddle node checks it */
+        mkdir_parents(report); /* or there already: huddle node checks it */
+        snprintf(dir, sizeof dir, "%s/node-%s/node.json", report, host);
+        if (!getenv("HUDDLE_NODE_TOKEN") && access(dir, F_OK) == 0) {
+            /* Set by hand, the directory may hold another job's or step's report (the steps
+             * of a batch script): kept, and this node is managed without a report. (Given to
+             * `huddle run --report`, the directory is this job's: an earlier one's files go.) */
+            fprintf(stderr,
+                    "huddle-pmpi: rank %d: %s/node-%s holds an earlier job's report, kept: this node's manager writes none (give each step its own directory, e.g. HUDDLE_NODE_REPORT=DIR/step-%%s)\n",
+                    g.rank, report, host);
+            report = "";
+        }
+    }
+    if (*report) {
+        char dir[4200];
         snprintf(dir, sizeof dir, "%s/node-%s", report, host);
         mkdir(dir, 0700);
         snprintf(dir, sizeof dir, "%s/node-%s/node.log", report, host);
@@ -843,7 +921,7 @@ static void start_node_manager(void)
     argv[n++] = "node";
     argv[n++] = "--board";
     argv[n++] = g.board_path;
-    if (report && *report) {
+    if (*report) {
         argv[n++] = "--job-report";
         argv[n++] = (char *)report;
     }
@@ -931,6 +1009,7 @@ static void after_init(int provided)
     }
     REAL(Bcast)(&stamp, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     board_open(stamp);
+    read_node_report();
     choose_report_route();
     if (g.board_created && node_mode()) start_node_manager();
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, cinfo_delete, &g.keyval, NULL);
@@ -983,8 +1062,8 @@ static void write_rank_matrix(void)
     int deflt = !(env && *env);
     /* DIR/rank-matrix.csv where DIR is not seen here: written locally, then handed over. */
     int forward = 0;
-    const char *report = getenv("HUDDLE_NODE_REPORT");
-    if (g.forward && !deflt && report) {
+    const char *report = g.node_report;
+    if (g.forward && !deflt && *report) {
         snprintf(path, sizeof path, "%s/rank-matrix.csv", report);
         if (strcmp(path, env) == 0) {
             forward = 1;

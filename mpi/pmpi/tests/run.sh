@@ -198,6 +198,15 @@ for impl in "${impls[@]}"; do
   unset HUDDLE_BOARD
 done
 
+# HUDDLE_NODE_REPORT's %j and %s (the steps of a batch script, docs/cluster.md).
+for impl in "${impls[@]}"; do
+  if msg=$("$builds/$impl/slurm_pattern" 2>&1); then
+    pass "$impl: HUDDLE_NODE_REPORT's %j, %s and %% expanded, unset variables and overlong paths refused"
+  else
+    fail "$impl: HUDDLE_NODE_REPORT patterns: $msg"
+  fi
+done
+
 # The frames a rank hands its node's report over in (no shared file system), read back by
 # huddle relay.
 "$root/mpi/pmpi/tests/frames.sh" || fails=$((fails + 1))
