@@ -8,6 +8,9 @@
 #     huddle, one node manager per host attached to the host's hydra_pmi_proxy with that host's
 #     ranks only, partners pinned together and the pairs apart, started soon after the board,
 #     nothing left behind, the job's matrix and page.
+#     The same without a shared file system: each host sees an empty tmpfs over the report's
+#     parent (NH_PRIVATE of netns-agent), so the reports come back through hydra's forwarding
+#     of the ranks' stderr, which hydra interleaves with the other ranks' output.
 #  2. The variables passed by hand (hydra's -genv, as a user would): hA's node manager killed
 #     with SIGKILL mid-job; the job still ends with the same output, hB's report is finished.
 # Debian's MPICH 4.0.2 hangs in MPI_Finalize over UCX's TCP transport (between any two hosts,
@@ -41,6 +44,11 @@ program=("$tmp/pairs" 4 "$ITERS" "$BYTES")
 
 nt_plain_run "${launcher[@]}" "${program[@]}"
 nt_huddle_run "${launcher[@]}" "${program[@]}"
+mkdir -p "$tmp/launch-only"
+export NH_PRIVATE=$tmp/launch-only
+NT_REPORT=$tmp/launch-only/report NT_VIA="through the launcher's stderr" nt_huddle_run "${launcher[@]}" "${program[@]}"
+unset NH_PRIVATE
+nt_delivery_check "$tmp/launch-only/report"
 rep=$tmp/report2
 nt_sigkill_run "$rep" "${launcher[@]}" -genv LD_PRELOAD "$lib" -genv HUDDLE_NODE 1 -genv HUDDLE_BIN "$huddle" \
   -genv HUDDLE_NODE_REPORT "$rep" -genv HUDDLE_RANK_MATRIX none "${program[@]}"
