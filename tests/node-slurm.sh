@@ -18,6 +18,10 @@
 #  2. Without huddle (`srun --export=ALL,LD_PRELOAD=...,HUDDLE_NODE=1,...`, as a user would):
 #     both node managers start; hA's is killed with SIGKILL while the job runs; the job ends
 #     normally with the same output, hB's finishes its report, nothing is left behind.
+#  4. (below 3) The job of a user other than root, as on any cluster: `huddle run
+#     --node-managers` and srun run as a system user this test adds (and removes); its ranks
+#     run below root's slurmstepd, which the node managers must leave alone while they watch
+#     and pin the user's ranks. Same checks as 1.
 #  3. A batch script (`sbatch --wait -N 2 -n 8`) with two srun steps that set the variables by
 #     hand with HUDDLE_NODE_REPORT=DIR/job-%j/step-%s: each step's node managers report into
 #     their own DIR/job-JOB/step-0 and step-1 (made with their parent), both nodes each, the
@@ -57,11 +61,13 @@ missing=$(sl_missing | tr '\n' ' ')
 [ -z "$missing" ] || { echo "FAIL Slurm or munge not installed (no ${missing% }): run scripts/bootstrap --slurm"; exit 1; }
 
 tmp=$(mktemp -d /tmp/huddle-node-slurm.XXXXXX)
+user_made=
 cleanup() {
   [ -z "$JOB_PID" ] || kill -TERM "$JOB_PID" 2>/dev/null
   sl_down
   nh_down
   rm -rf "$tmp"
+  [ -z "$user_made" ] || userdel "$user_made" 2>/dev/null
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -153,6 +159,32 @@ batch_steps_run() {
   fi
 }
 batch_steps_run
+
+# 4. A user's job. The user has no home: HOME is a directory of its own under $tmp.
+user_run() {
+  local user=huddle-slurm-test home=$tmp/user root_board_dir=$board_dir
+  if ! id "$user" >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$user" ||
+      { fail "cannot add the user $user for the non-root job"; return; }
+    user_made=$user
+  fi
+  chmod 755 "$tmp" && mkdir -m 755 "$home" && chown "$user" "$home" ||
+    { fail "cannot make $home for $user"; return; }
+  nt_as=(runuser -u "$user" -- env -u XDG_RUNTIME_DIR "HOME=$home")
+  board_dir=/tmp/huddle-$(id -u "$user")
+  NT_REPORT=$home/report nt_huddle_run "${launcher[@]}" "${program[@]}"
+  nt_as=()
+  board_dir=$root_board_dir
+  if grep -q "belongs to another user: only the processes of huddle's own user below it are watched" \
+    "$home"/report/node-hA/run.json "$home"/report/node-hB/run.json 2>/dev/null &&
+    [ "$(stat -c %U "$home/report/node-hA/node.json" 2>/dev/null)" = "$user" ]; then
+    pass "as $user: both node managers ran as $user, watched the ranks and left root's slurmstepd alone (their reports say so)"
+  else
+    fail "as $user: the node reports do not say that the ranks' parent was another user's"
+  fi
+  [ -z "$user_made" ] || { userdel "$user_made" && user_made=; }
+}
+user_run
 
 # Slurm is gone with the test's hosts: no daemon, step or rank of it, no file of it.
 sl_down

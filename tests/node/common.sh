@@ -111,10 +111,12 @@ nt_plain_run() { # CMD...
 # plain run's; per node: state done, attached to $DAEMON, its own ranks only, partners pinned
 # together and the pairs apart, started soon after the board; nothing left afterwards; the
 # job's rank matrix and page. NT_REPORT: another report directory; NT_VIA: the way huddle run
-# must say each node's report came (default: the shared file system).
+# must say each node's report came (default: the shared file system). The array nt_as, where
+# set, is the command that runs huddle as another user (and board_dir is then that user's).
+nt_as=()
 nt_huddle_run() { # CMD...
   local rep=${NT_REPORT:-$tmp/report} via=${NT_VIA:-shared file system} t0=$SECONDS rc secs h msg left
-  timeout -k 5 150 "$huddle" run --node-managers --quiet --report "$rep" -- "$@" \
+  timeout -k 5 150 ${nt_as[@]+"${nt_as[@]}"} "$huddle" run --node-managers --quiet --report "$rep" -- "$@" \
     >"$tmp/run.out" 2>"$tmp/run.err"
   rc=$?
   secs=$((SECONDS - t0))

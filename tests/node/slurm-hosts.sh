@@ -56,11 +56,14 @@ sl_up() { # 0 = every node idle, 1 = failure (one line on stderr, the logs' tail
     local d h i=11 nodes=
     SL_DIR=$(mktemp -d /tmp/huddle-slurm.XXXXXX) || return 1
     d=$SL_DIR
-    mkdir -m 700 "$d/munge" "$d/state" || return 1
+    # Users other than root submit too: slurm.conf and munge's socket are theirs to use (the
+    # key stays root's), and each node's TmpFS, the ranks' TMPDIR, is writable as /tmp is.
+    chmod 755 "$d" || return 1
+    mkdir -m 700 "$d/state" && mkdir -m 755 "$d/munge" || return 1
     head -c 1024 /dev/urandom >"$d/munge/munge.key" && chmod 400 "$d/munge/munge.key" || return 1
     for h in $NH_HOSTS; do
         nodes+="NodeName=$h NodeAddr=$NH_NET.$i CPUs=$SL_CPUS State=UNKNOWN"$'\n'
-        mkdir -m 700 "$d/spool-$h" "$d/tmp-$h" || return 1
+        mkdir -m 700 "$d/spool-$h" && mkdir -m 1777 "$d/tmp-$h" || return 1
         i=$((i + 1))
     done
     cat >"$d/slurm.conf" <<EOF

@@ -220,9 +220,12 @@ fn manage(
     let root_command = std::fs::read_to_string(format!("/proc/{root}/comm"))
         .map(|c| c.trim_end().to_string())
         .unwrap_or_default();
-    manager::procs::may_ptrace(root).map_err(|e| {
-        bad_input(format!("process {root} (the ranks' parent): not allowed to act on it ({e}); huddle only manages processes its user may ptrace"))
-    })?;
+    // The ranks must be ours; their parent need not be (slurmstepd is root's).
+    if let Some(p) = pids.iter().find(|&&p| !manager::procs::ours(p)) {
+        return Err(bad_input(format!(
+            "rank process {p} on {host} belongs to another user: huddle only manages processes of its own user"
+        )));
+    }
     // The ranks' CPUs (their cpuset, or where the launcher bound them), not huddle's.
     let cpus: topology::CpuSet = pids
         .iter()

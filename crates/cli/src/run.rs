@@ -446,9 +446,15 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     if args.pid <= 0 {
         return Err(bad_input(format!("{}: not a process id", args.pid)));
     }
-    manager::procs::may_ptrace(args.pid as u32).map_err(|e| {
-        bad_input(format!("process {}: not allowed to act on it ({e}); huddle only manages processes its user may ptrace", args.pid))
-    })?;
+    if !std::path::Path::new(&format!("/proc/{}", args.pid)).exists() {
+        return Err(bad_input(format!("process {}: no such process", args.pid)));
+    }
+    if !manager::procs::ours(args.pid as u32) {
+        return Err(bad_input(format!(
+            "process {}: belongs to another user; huddle only manages processes of its own user",
+            args.pid
+        )));
+    }
     // The program's CPUs, not huddle's: it may have been started under another affinity
     // mask or cpuset.
     let cpus = manager::actuate::tree_cpus(args.pid as u32);

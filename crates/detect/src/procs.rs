@@ -120,30 +120,38 @@ pub fn own_cpu_seconds() -> f64 {
     read_stat(Path::new("/proc/self/stat")).map_or(0.0, |s| s.cpu_ticks as f64 / ticks_per_second())
 }
 
-/// Whether this process may act on `pid` as a debugger could (the kernel's ptrace access
-/// check, PTRACE_MODE_ATTACH_REALCREDS). process_vm_readv makes exactly that check before it
-/// reads; address 0 then fails with EFAULT, so EFAULT means "allowed", EPERM "not allowed".
-pub fn may_ptrace(pid: u32) -> Result<(), std::io::Error> {
-    let mut byte = 0u8;
-    let local = libc::iovec {
-        iov_base: (&mut byte as *mut u8).cast(),
-        iov_len: 1,
+/// The real, effective and saved user and group ids of a /proc/PID/status text.
+pub fn parse_ids(status: &str) -> Option<([u32; 3], [u32; 3])> {
+    let ids = |key: &str| -> Option<[u32; 3]> {
+        let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+        let mut f = line.split_whitespace().map(|v| v.parse::<u32>().ok());
+        Some([f.next()??, f.next()??, f.next()??])
     };
-    let remote = libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 1,
-    };
-    // SAFETY: both iovecs are valid for the duration of the call; the remote one is only
-    // interpreted by the kernel.
-    let r = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if r >= 0 {
-        return Ok(());
+    Some((ids("Uid:")?, ids("Gid:")?))
+}
+
+/// Whether `ids` (of [`parse_ids`]) belong to a process whose user is `uid` and group `gid`
+/// by the kernel's rule for watching another process: all three of its user ids, and all
+/// three of its group ids, are the caller's.
+pub fn owned_by(ids: ([u32; 3], [u32; 3]), uid: u32, gid: u32) -> bool {
+    ids.0.iter().all(|&u| u == uid) && ids.1.iter().all(|&g| g == gid)
+}
+
+/// Whether huddle may watch (perf events, /proc/PID/maps) and pin process `pid`: root may
+/// act on every process; another user only on processes that are wholly its own. Under
+/// Slurm the ranks' parent (slurmstepd) is root's while the ranks are the user's, so a
+/// node manager watches the ranks and leaves their parent alone. Yama's ptrace_scope only
+/// restricts attaching (PTRACE_MODE_ATTACH), which none of that needs.
+pub fn ours(pid: u32) -> bool {
+    // SAFETY: getters without preconditions.
+    let (euid, uid, gid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
+    if euid == 0 {
+        return Path::new(&format!("/proc/{pid}")).exists();
     }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EFAULT) => Ok(()),
-        _ => Err(e),
-    }
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| parse_ids(&s))
+        .is_some_and(|ids| owned_by(ids, uid, gid))
 }
 
 #[cfg(test)]
@@ -189,10 +197,26 @@ mod tests {
             .spawn()
             .unwrap();
         assert!(process_tree(me).contains(&child.id()));
-        assert!(may_ptrace(child.id()).is_ok());
+        assert!(ours(child.id()));
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(!process_tree(me).contains(&child.id()));
+    }
+
+    #[test]
+    fn ids_come_from_the_status_lines_and_must_all_match() {
+        let status = "Name:\tslurmstepd\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\n";
+        let ids = parse_ids(status).unwrap();
+        assert_eq!(ids, ([1000; 3], [100; 3]));
+        assert!(owned_by(ids, 1000, 100));
+        assert!(!owned_by(ids, 1001, 100));
+        assert!(!owned_by(ids, 1000, 0));
+        // A setuid program keeps the caller's real id but not its effective one.
+        let setuid = parse_ids("Uid:\t1000\t0\t0\t0\nGid:\t100\t100\t100\t100\n").unwrap();
+        assert!(!owned_by(setuid, 1000, 100));
+        assert!(parse_ids("Uid:\t1000\nGid:\t100\t100\t100\n").is_none());
+        assert!(parse_ids("Name:\tx\n").is_none());
+        assert!(ours(std::process::id()));
     }
 
     #[test]
@@ -204,6 +228,6 @@ mod tests {
         assert!(threads(pid).is_empty());
         assert!(start_ticks(pid).is_none());
         assert!(start_ticks(std::process::id()).is_some());
-        assert!(may_ptrace(pid).is_err());
+        assert!(!ours(pid));
     }
 }

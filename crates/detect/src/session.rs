@@ -562,14 +562,16 @@ impl Session {
     }
 
     /// Follows a running process and every process below it (an mpirun and its ranks), all
-    /// their threads. Listing and opening race with tasks that start meanwhile: the tree is
+    /// their threads, of those huddle may watch ([`procs::ours`]). Listing and opening race with tasks that start meanwhile: the tree is
     /// listed again after each opening until nothing new turns up (a task started after
     /// its creator is followed is inherited by the kernel).
     fn attach(&mut self, pid: i32, cfg: &Config) -> Result<(), DetectError> {
         let root = u32::try_from(pid).map_err(|_| DetectError::NoSuchProcess(pid))?;
+        // Only the processes huddle may watch: a job's ranks below root's slurmstepd.
         let list = || -> Vec<(u32, u32)> {
             procs::process_tree(root)
                 .into_iter()
+                .filter(|&p| procs::ours(p))
                 .flat_map(|p| procs::threads(p).into_iter().map(move |t| (p, t)))
                 .collect()
         };

@@ -283,6 +283,12 @@ impl Observer for NodeRanks {
             self.rows.len(),
             self.inner.pid()
         )];
+        if !crate::procs::ours(self.inner.pid()) {
+            notes.push(format!(
+                "process {} (the ranks' parent) belongs to another user: only the processes of huddle's own user below it are watched and pinned",
+                self.inner.pid()
+            ));
+        }
         let unwatched = self.unwatched();
         if !unwatched.is_empty() {
             notes.push(format!(
