@@ -21,6 +21,10 @@
 #  1c. As 1b, hA's node manager killed with SIGKILL while the job runs: the job ends with the
 #     same output and no rank waits for the dead manager; huddle run says hA's manager had not
 #     finished (dead) and that hB's report came through mpirun's stderr; nothing is left.
+#  1d. Without huddle on the launch side (the variables passed with -x), the node managers
+#     started through tests/node/no-perf.c, which refuses them perf_event_open as Debian's and
+#     Ubuntu's kernels refuse it to every user but root: they go on with the board's traffic
+#     and the ranks listed from /proc, and pin as in 1.
 #  2. Without huddle on the launch side (HUDDLE_NODE=1 and the agent passed with -x, as a
 #     user would): both node managers start; hA's is killed with SIGKILL while the job runs;
 #     the job still ends normally with the same output, hB's finishes its report, and nothing
@@ -93,6 +97,10 @@ fi
 no_node_managers 10
 left=$(leftovers "$rep")
 [ -z "$left" ] || fail "left behind after the job with a killed node manager (not shared): $(echo "$left" | tr '\n' ' ')"
+
+nt_no_perf_run "$tmp/report-no-perf" "${launcher[@]}" -x "LD_PRELOAD=$lib" -x HUDDLE_NODE=1 \
+  -x "HUDDLE_BIN=$tmp/no-perf-huddle" -x "HUDDLE_NODE_REPORT=$tmp/report-no-perf" -x HUDDLE_RANK_MATRIX=none \
+  "${program[@]}"
 
 rep=$tmp/report2
 nt_sigkill_run "$rep" "${launcher[@]}" -x "LD_PRELOAD=$lib" -x HUDDLE_NODE=1 -x "HUDDLE_BIN=$huddle" \

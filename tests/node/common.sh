@@ -51,6 +51,11 @@ nt_hosts_up() { # WHAT [EXTRA_SOURCE...]
   touch "$tmp/started"
   "${NT_MPICC:-mpicc.openmpi}" -O2 -Wall -o "$tmp/pairs" tests/node/pairs.c "$@" ||
     { echo "FAIL cannot build tests/node/pairs.c $*"; exit 1; }
+  # huddle with perf_event_open refused, for nt_no_perf_run's HUDDLE_BIN.
+  gcc -O2 -Wall -Wextra -Werror -o "$tmp/no-perf" tests/node/no-perf.c ||
+    { echo "FAIL cannot build tests/node/no-perf.c"; exit 1; }
+  printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$tmp/no-perf" "$huddle" >"$tmp/no-perf-huddle" &&
+    chmod 755 "$tmp/no-perf-huddle" || { echo "FAIL cannot write $tmp/no-perf-huddle"; exit 1; }
   nh_up
   case $? in
     0) ;;
@@ -107,36 +112,11 @@ nt_plain_run() { # CMD...
   echo "     plain run: $(cat "$tmp/plain.out") ($((SECONDS - t0)) s)"
 }
 
-# 1. `huddle run --node-managers --report $tmp/report -- CMD...`: the job's output equals the
-# plain run's; per node: state done, attached to $DAEMON, its own ranks only, partners pinned
-# together and the pairs apart, started soon after the board; nothing left afterwards; the
-# job's rank matrix and page. NT_REPORT: another report directory; NT_VIA: the way huddle run
-# must say each node's report came (default: the shared file system). The array nt_as, where
-# set, is the command that runs huddle as another user (and board_dir is then that user's).
-nt_as=()
-nt_huddle_run() { # CMD...
-  local rep=${NT_REPORT:-$tmp/report} via=${NT_VIA:-shared file system} t0=$SECONDS rc secs h msg left
-  timeout -k 5 150 ${nt_as[@]+"${nt_as[@]}"} "$huddle" run --node-managers --quiet --report "$rep" -- "$@" \
-    >"$tmp/run.out" 2>"$tmp/run.err"
-  rc=$?
-  secs=$((SECONDS - t0))
-  if [ $rc -ne 0 ]; then
-    fail "huddle run --node-managers: rc $rc: $(grep -v '^\[' "$tmp/run.err" | tail -3)"
-  elif ! cmp -s "$tmp/plain.out" "$tmp/run.out"; then
-    fail "huddle run --node-managers: the job's output differs: $(cat "$tmp/run.out")"
-  else
-    pass "huddle run --node-managers: rc 0, the job's output equals the plain run's ($secs s)"
-  fi
-  for h in hA hB; do
-    if grep -qF "node report in $rep/node-$h ($via)" "$tmp/run.err"; then
-      pass "huddle run names node $h's report ($via)"
-    else
-      fail "huddle run did not name node $h's report as $via: $(grep -v '^\[' "$tmp/run.err" | tail -3)"
-    fi
-  done
-  if grep -q "@huddle-node" "$tmp/run.out" "$tmp/run.err"; then
-    fail "framed lines of node reports reached the job's output: $(grep -c "@huddle-node" "$tmp/run.err") in stderr"
-  fi
+# The node reports in REP of a job of tests/node/pairs.c: per node, state done, attached to
+# $DAEMON, its own ranks only, the board's traffic used, partners pinned together and the
+# pairs apart, started soon after the board.
+nt_node_check() { # REP
+  local rep=$1 msg
   if msg=$(python3 - "$rep" "$DAEMON" <<'EOF' 2>&1
 import json, sys, os
 rep, daemon = sys.argv[1], sys.argv[2]
@@ -191,6 +171,39 @@ EOF
   else
     fail "node reports: $msg"
   fi
+}
+
+# 1. `huddle run --node-managers --report $tmp/report -- CMD...`: the job's output equals the
+# plain run's; per node: state done, attached to $DAEMON, its own ranks only, partners pinned
+# together and the pairs apart, started soon after the board; nothing left afterwards; the
+# job's rank matrix and page. NT_REPORT: another report directory; NT_VIA: the way huddle run
+# must say each node's report came (default: the shared file system). The array nt_as, where
+# set, is the command that runs huddle as another user (and board_dir is then that user's).
+nt_as=()
+nt_huddle_run() { # CMD...
+  local rep=${NT_REPORT:-$tmp/report} via=${NT_VIA:-shared file system} t0=$SECONDS rc secs h msg left
+  timeout -k 5 150 ${nt_as[@]+"${nt_as[@]}"} "$huddle" run --node-managers --quiet --report "$rep" -- "$@" \
+    >"$tmp/run.out" 2>"$tmp/run.err"
+  rc=$?
+  secs=$((SECONDS - t0))
+  if [ $rc -ne 0 ]; then
+    fail "huddle run --node-managers: rc $rc: $(grep -v '^\[' "$tmp/run.err" | tail -3)"
+  elif ! cmp -s "$tmp/plain.out" "$tmp/run.out"; then
+    fail "huddle run --node-managers: the job's output differs: $(cat "$tmp/run.out")"
+  else
+    pass "huddle run --node-managers: rc 0, the job's output equals the plain run's ($secs s)"
+  fi
+  for h in hA hB; do
+    if grep -qF "node report in $rep/node-$h ($via)" "$tmp/run.err"; then
+      pass "huddle run names node $h's report ($via)"
+    else
+      fail "huddle run did not name node $h's report as $via: $(grep -v '^\[' "$tmp/run.err" | tail -3)"
+    fi
+  done
+  if grep -q "@huddle-node" "$tmp/run.out" "$tmp/run.err"; then
+    fail "framed lines of node reports reached the job's output: $(grep -c "@huddle-node" "$tmp/run.err") in stderr"
+  fi
+  nt_node_check "$rep"
   if ! no_node_managers 5; then
     fail "huddle node processes left after huddle run returned: $(node_managers | tr '\n' ' ')"
   fi
@@ -285,6 +298,45 @@ nt_sigkill_run() { # REP CMD...
     pass "nothing left after the job with a killed node manager"
   else
     fail "left behind after the job with a killed node manager: $(echo "$left" | tr '\n' ' ')"
+  fi
+}
+
+# 3. A job started without huddle whose node managers cannot use perf (CMD passes the agent's
+# variables with HUDDLE_BIN=$tmp/no-perf-huddle: tests/node/no-perf.c refuses perf_event_open
+# as Debian's and Ubuntu's kernels refuse it to every user but root): the same output, and
+# each node manager goes on with the board's traffic and the ranks listed from /proc, pinning
+# as in 1 (nt_node_check); nothing left behind.
+nt_no_perf_run() { # REP CMD...
+  local rep=$1 t0=$SECONDS rc h bad= left
+  shift
+  timeout -k 5 150 "$@" >"$tmp/noperf.out" 2>"$tmp/noperf.err"
+  rc=$?
+  if [ $rc -eq 0 ] && cmp -s "$tmp/plain.out" "$tmp/noperf.out"; then
+    pass "perf refused to the node managers: rc 0, the same output ($((SECONDS - t0)) s)"
+  else
+    fail "perf refused to the node managers: rc $rc, output '$(cat "$tmp/noperf.out")': $(grep -v '^\[' "$tmp/noperf.err" | tail -3)"
+  fi
+  for h in hA hB; do
+    for _ in $(seq 1 200); do
+      grep -q '"state": "done"' "$rep/node-$h/node.json" 2>/dev/null && break
+      sleep 0.1
+    done
+    grep -q '"detection_source": "/proc task list + PMPI agent' "$rep/node-$h/run.json" 2>/dev/null &&
+      grep -q 'perf page faults: [^"]*Permission denied' "$rep/node-$h/run.json" ||
+      bad+=" $h: $(grep -o '"detection_source": "[^"]*"' "$rep/node-$h/run.json" 2>/dev/null) $(tail -1 "$rep/node-$h/node.log" 2>/dev/null);"
+  done
+  if [ -z "$bad" ]; then
+    pass "perf refused: both node managers say so and ran on the board's traffic with the ranks listed from /proc"
+  else
+    fail "perf refused: the node managers' sources are not the board and /proc:$bad"
+  fi
+  nt_node_check "$rep"
+  no_node_managers 10
+  left=$(leftovers "$rep")
+  if [ -z "$left" ]; then
+    pass "nothing left after the job whose node managers had no perf"
+  else
+    fail "left behind after the job whose node managers had no perf: $(echo "$left" | tr '\n' ' ')"
   fi
 }
 

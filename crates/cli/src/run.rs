@@ -187,11 +187,14 @@ pub(crate) fn detect_config(c: &Common, agent: bool) -> detect::Config {
 ///   than two busy threads before any lookup (detect::active): in a single-threaded rank they
 ///   could find nothing and cost the rank time and huddle CPU. `faults_between_ranks` keeps
 ///   every fault in the detector, for comparing the two sources (matrix-faults.csv).
+/// - Either way, where perf is refused the session lists the tasks from /proc and goes on.
 pub(crate) fn configure_sources(
     cfg: &mut detect::Config,
     mode: Option<SourceMode>,
     faults_between_ranks: bool,
 ) {
+    // The board carries the traffic between ranks even where perf is refused.
+    cfg.tasks_from_proc = matches!(mode, Some(SourceMode::Mpi | SourceMode::Both));
     match mode {
         Some(SourceMode::Mpi) => {
             cfg.sampled = detect::perf::Sampled::TasksOnly;

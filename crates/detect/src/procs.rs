@@ -104,6 +104,31 @@ pub fn process_tree(root: u32) -> Vec<u32> {
     tree.into_iter().collect()
 }
 
+/// The (process, thread) pairs of `root` and every process below it that huddle may watch
+/// ([`ours`]): under Slurm, a job's ranks below root's slurmstepd.
+pub fn watched_tasks(root: u32) -> Vec<TaskId> {
+    process_tree(root)
+        .into_iter()
+        .filter(|&p| ours(p))
+        .flat_map(|p| threads(p).into_iter().map(move |t| (p, t)))
+        .collect()
+}
+
+/// A task as (process id, thread id).
+pub type TaskId = (u32, u32);
+
+/// What changed from one listing of tasks to the next: those that started and those that
+/// ended, each in order.
+pub fn listing_changes(
+    before: &BTreeSet<TaskId>,
+    now: &BTreeSet<TaskId>,
+) -> (Vec<TaskId>, Vec<TaskId>) {
+    (
+        now.difference(before).copied().collect(),
+        before.difference(now).copied().collect(),
+    )
+}
+
 /// Clock ticks per second, for converting stat CPU times.
 pub fn ticks_per_second() -> f64 {
     // SAFETY: sysconf has no memory-safety preconditions.
@@ -217,6 +242,19 @@ mod tests {
         assert!(parse_ids("Uid:\t1000\nGid:\t100\t100\t100\n").is_none());
         assert!(parse_ids("Name:\tx\n").is_none());
         assert!(ours(std::process::id()));
+    }
+
+    #[test]
+    fn listing_changes_are_the_tasks_that_came_and_went() {
+        let before: BTreeSet<(u32, u32)> = [(10, 10), (10, 11), (20, 20)].into();
+        let now: BTreeSet<(u32, u32)> = [(10, 10), (20, 20), (20, 21), (30, 30)].into();
+        assert_eq!(
+            listing_changes(&before, &now),
+            (vec![(20, 21), (30, 30)], vec![(10, 11)])
+        );
+        assert_eq!(listing_changes(&now, &now), (vec![], vec![]));
+        let me = std::process::id();
+        assert!(watched_tasks(me).contains(&(me, me)));
     }
 
     #[test]

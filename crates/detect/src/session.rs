@@ -15,7 +15,7 @@ use crate::spawn::{ExecFailed, HeldChild};
 use agent_abi::ring::{self, RingView};
 use matrix::CommMatrix;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -107,6 +107,11 @@ pub struct Config {
     /// faults of a process with fewer than two busy threads (see crate::active) then go no
     /// further than the page owners: no maps lookup, no sharer table.
     pub within_process: bool,
+    /// Where perf events are refused (perf_event_paranoid 3 or 4, as Debian's and Ubuntu's
+    /// kernels set it, for a user other than root): go on without page faults, the program's
+    /// tasks listed from /proc every [`PROC_LIST_NS`]. For a caller with another source of
+    /// traffic (the PMPI agent's board); without it the session fails to start.
+    pub tasks_from_proc: bool,
 }
 
 impl Default for Config {
@@ -121,6 +126,7 @@ impl Default for Config {
             page_owners: 0,
             sampled: Sampled::PageFaults,
             within_process: false,
+            tasks_from_proc: false,
         }
     }
 }
@@ -321,6 +327,9 @@ pub struct Session {
     perf: Option<PerfSource>,
     /// With system-wide perf events: the program's processes, whose records are kept.
     tree: Option<IdSet>,
+    /// Without perf ([`Config::tasks_from_proc`]): the program's root process and its tasks
+    /// at the last listing, whose changes become task records.
+    listing: Option<(u32, BTreeSet<(u32, u32)>)>,
     /// A pidfd of the program's main process, readable once it ended: `wait` returns then
     /// (system-wide perf rings do not hang up when the program's tasks exit). Closed once it
     /// fired; from then on `wait` waits at most ENDING_WAIT (the leader's exit is signalled
@@ -379,6 +388,9 @@ const AGENT_MAPS_MAX_AGE_NS: u64 = 4_000_000_000;
 const ENDING_WAIT: Duration = Duration::from_millis(5);
 /// New agent rings (processes started) are looked for at most this often.
 const RING_SCAN_NS: u64 = 100_000_000;
+/// Without perf, the program's tasks are listed from /proc this often (with the look for new
+/// agent rings): a task that starts and ends between two listings is not seen.
+pub const PROC_LIST_NS: u64 = RING_SCAN_NS;
 /// How long a fault on private memory keeps counting in the sharer table (see fault). The
 /// agent's focus re-arms a shared page every 50 ms to a few hundred ms (more pages than the
 /// budget serves wait their turn); a uniform sample's previous fault on the same page is most
@@ -428,6 +440,7 @@ impl Session {
             granularity: cfg.granularity,
             perf: None,
             tree: None,
+            listing: None,
             pidfd: std::cell::Cell::new(-1),
             ending: std::cell::Cell::new(false),
             dir: None,
@@ -501,6 +514,7 @@ impl Session {
                 }
                 self.perf = Some(p);
             }
+            Err(e) if cfg.tasks_from_proc => self.list_from_proc(pid as u32, &e),
             Err(e) => {
                 self.sources.push(SourceStatus {
                     name: "perf page faults".into(),
@@ -567,14 +581,7 @@ impl Session {
     /// its creator is followed is inherited by the kernel).
     fn attach(&mut self, pid: i32, cfg: &Config) -> Result<(), DetectError> {
         let root = u32::try_from(pid).map_err(|_| DetectError::NoSuchProcess(pid))?;
-        // Only the processes huddle may watch: a job's ranks below root's slurmstepd.
-        let list = || -> Vec<(u32, u32)> {
-            procs::process_tree(root)
-                .into_iter()
-                .filter(|&p| procs::ours(p))
-                .flat_map(|p| procs::threads(p).into_iter().map(move |t| (p, t)))
-                .collect()
-        };
+        let list = || procs::watched_tasks(root);
         let mut tasks = list();
         let mut seen: std::collections::HashSet<(u32, u32)> = tasks.iter().copied().collect();
         if tasks.is_empty() {
@@ -586,10 +593,22 @@ impl Session {
         let no_source = |e: PerfError| DetectError::NoSource {
             perf: e.to_string(),
         };
-        let mut p = open_perf(cfg, || {
+        let mut p = match open_perf(cfg, || {
             PerfSource::open(&tids, false, cfg.ring_pages, cfg.sampled)
-        })
-        .map_err(no_source)?;
+        }) {
+            Ok(p) => p,
+            Err(e) if cfg.tasks_from_proc => {
+                self.list_from_proc(root, &e);
+                if let Some((_, listed)) = self.listing.as_mut() {
+                    listed.extend(tasks.iter().copied());
+                }
+                for (p, t) in tasks {
+                    self.register(p, t, self.t0_ns);
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(no_source(e)),
+        };
         if p.system_wide {
             // Open before listing: whatever starts after the list is seen by its FORK record.
             tasks = list();
@@ -620,6 +639,51 @@ impl Session {
             self.register(p, t, self.t0_ns);
         }
         Ok(())
+    }
+
+    /// Goes on without perf (refused with `e`): the tasks below `root` are listed from /proc
+    /// at every [`PROC_LIST_NS`] instead ([`Config::tasks_from_proc`]).
+    fn list_from_proc(&mut self, root: u32, e: &PerfError) {
+        self.sources.push(SourceStatus {
+            name: "perf page faults".into(),
+            active: false,
+            note: e.to_string(),
+        });
+        self.sources.push(SourceStatus {
+            name: "/proc task list".into(),
+            active: true,
+            note: format!(
+                "perf refused, so no page faults: the program's tasks are listed from /proc every {} ms (a thread that starts and ends between two listings is not seen)",
+                PROC_LIST_NS / 1_000_000
+            ),
+        });
+        self.listing = Some((root, BTreeSet::new()));
+    }
+
+    /// With [`Session::list_from_proc`]: the tasks that started or ended since the last
+    /// listing, as the task records perf would have given.
+    fn list_tasks(&mut self, batch: &mut Vec<(u64, Record)>) {
+        let Some((root, before)) = self.listing.as_mut() else {
+            return;
+        };
+        let now: BTreeSet<(u32, u32)> = procs::watched_tasks(*root).into_iter().collect();
+        let (started, ended) = procs::listing_changes(before, &now);
+        let time = self.poll_ns;
+        for (pid, tid) in started {
+            batch.push((
+                time,
+                Record::Fork {
+                    pid,
+                    ppid: pid,
+                    tid,
+                    time,
+                },
+            ));
+        }
+        for (pid, tid) in ended {
+            batch.push((time, Record::Exit { pid, tid, time }));
+        }
+        *before = now;
     }
 
     /// Process id of the target: the spawned child, or the attached process.
@@ -750,6 +814,7 @@ impl Session {
         if cut == u64::MAX || self.poll_ns.saturating_sub(self.rings_scanned_ns) >= RING_SCAN_NS {
             self.rings_scanned_ns = self.poll_ns;
             self.scan_rings();
+            self.list_tasks(&mut batch);
         }
         let use_agent_faults = self.perf.is_none();
         let mut agent_seen = 0;
