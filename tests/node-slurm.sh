@@ -27,6 +27,11 @@
 #     their own DIR/job-JOB/step-0 and step-1 (made with their parent), both nodes each, the
 #     steps' output unchanged. Then another job into DIR/job-JOB/step-%s, which is step-0
 #     again: it runs and says it keeps the earlier report, whose files are unchanged.
+#  5. (last) Slurm again with proctrack/cgroup, as most clusters run it: each step's processes,
+#     the node manager (a rank's child) included, in a freezer cgroup of the step, which
+#     slurmstepd kills once the step's tasks have ended. A job with the variables by hand: when
+#     srun returns both node reports are finished (the rank that started each manager waited
+#     for it at MPI_Finalize), the output is unchanged, and the checks of 1 hold.
 # Afterwards no Slurm or munge daemon, step or file of this test is left (checked too).
 # `tests/node-slurm.sh mpich` runs the same with MPICH's ranks (`srun --mpi=pmi2`, Slurm's
 # PMI-2), the job linked with tests/node/mpich-finalize.c as in tests/node-mpich.sh, and few
@@ -186,13 +191,43 @@ user_run() {
 }
 user_run
 
+# 5. proctrack/cgroup.
+cgroup_run() {
+  local rep=$tmp/report-cgroup rc where bad= h left
+  sl_down
+  SL_PROCTRACK=cgroup sl_up || { fail "cannot start Slurm with proctrack/cgroup (see above)"; return; }
+  slurm_dirs+=" $SL_DIR"
+  where=$(srun -N 2 -n 2 cat /proc/self/cgroup 2>&1 | grep -m1 -o '[a-z,]*:/.*job_[0-9]*/step_[0-9]*')
+  [ -n "$where" ] || { fail "proctrack/cgroup: the job's tasks are in no cgroup of their step"; return; }
+  timeout -k 5 150 "${launcher[@]}" \
+    "--export=ALL,LD_PRELOAD=$lib,HUDDLE_NODE=1,HUDDLE_BIN=$huddle,HUDDLE_NODE_REPORT=$rep,HUDDLE_RANK_MATRIX=none" \
+    "${program[@]}" >"$tmp/cgroup.out" 2>"$tmp/cgroup.err"
+  rc=$?
+  for h in hA hB; do
+    grep -q '"state": "done"' "$rep/node-$h/node.json" 2>/dev/null || bad+=" $h: $(tail -1 "$rep/node-$h/node.log" 2>/dev/null);"
+  done
+  if [ $rc -eq 0 ] && cmp -s "$tmp/plain.out" "$tmp/cgroup.out" && [ -z "$bad" ]; then
+    pass "proctrack/cgroup (a task in $where): rc 0, the same output, both node reports finished when srun returned"
+  else
+    fail "proctrack/cgroup: rc $rc, output '$(cat "$tmp/cgroup.out")',$bad $(grep -v '^\[' "$tmp/cgroup.err" | tail -2 | tr '\n' ' ')"
+  fi
+  nt_node_check "$rep"
+  no_node_managers 10
+  left=$(leftovers "$rep")
+  [ -z "$left" ] || fail "left behind after the job under proctrack/cgroup: $(echo "$left" | tr '\n' ' ')"
+}
+slurm_dirs=$slurm_dir
+cgroup_run
+
 # Slurm is gone with the test's hosts: no daemon, step or rank of it, no file of it.
 sl_down
 nh_down
-left=$(pgrep -a -f "$slurm_dir|$tmp/pairs|slurmstepd" | tr '\n' ';')
-[ ! -e "$slurm_dir" ] || left+=" $slurm_dir"
+left=$(pgrep -a -f "${slurm_dirs// /|}|$tmp/pairs|slurmstepd" | tr '\n' ';')
+for d in $slurm_dirs /sys/fs/cgroup/*/slurm_hA /sys/fs/cgroup/*/slurm_hB; do
+  [ ! -e "$d" ] || left+=" $d"
+done
 if [ -z "$left" ]; then
-  pass "Slurm stopped: no munged, slurmctld, slurmd, slurmstepd or rank left, $slurm_dir removed"
+  pass "Slurm stopped: no munged, slurmctld, slurmd, slurmstepd or rank left, $slurm_dirs and the step cgroups removed"
 else
   fail "left after stopping Slurm: $left"
 fi

@@ -93,6 +93,7 @@ static struct {
     int forward;           /* the report directory is not seen here: hand the report over on stderr */
     char local_report[3100]; /* with forward: the node-local directory the manager reports into */
     char node_report[3000];  /* HUDDLE_NODE_REPORT with %j and %s expanded; empty: none */
+    char manager_report[3100]; /* where the node manager this rank started reports; empty: none */
 } g = {.perf_fd = -1, .keyval = MPI_KEYVAL_INVALID};
 
 /* initial-exec: a preloaded library may use static TLS, and it avoids __tls_get_addr calls. */
@@ -811,6 +812,45 @@ static const char *manager_state(const char *node_json, pid_t *pid)
     return state;
 }
 
+/* Waits (at most HANDOVER_WAIT_MS) for the node manager that reports into NODE_JSON's
+ * directory to finish: "done" or "failed" as it says, "gone" if it died (SIGKILL) meanwhile,
+ * "running" if still busy at the bound, "none" if it never wrote one. */
+static const char *wait_for_manager(const char *node_json, unsigned *waited_ms)
+{
+    uint64_t t0 = now_ns(), deadline = t0 + HANDOVER_WAIT_MS * 1000000ull;
+    const char *state = "none";
+    for (;;) {
+        pid_t pid = 0;
+        const char *s = manager_state(node_json, &pid);
+        if (*s) state = s;
+        if (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0) break;
+        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+            state = "gone";
+            break;
+        }
+        if (now_ns() >= deadline) break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    *waited_ms = (unsigned)((now_ns() - t0) / 1000000ull);
+    return state;
+}
+
+/* At MPI_Finalize, where the report directory is seen by the node (no hand-over): the rank
+ * that started the node manager waits for it to finish its report, so that the end of the
+ * step cannot cut it short (Slurm's proctrack/cgroup kills what is left in a step's cgroup,
+ * the node manager included, once the tasks have ended). */
+static void wait_for_report(void)
+{
+    char host[HOSTNAME_SIZE], path[3300];
+    host_name(host, sizeof host);
+    snprintf(path, sizeof path, "%s/node-%s/node.json", g.manager_report, host);
+    unsigned waited_ms = 0;
+    if (strcmp(wait_for_manager(path, &waited_ms), "running") == 0)
+        fprintf(stderr, "huddle-pmpi: rank %d: the node manager of %s was still busy after %u ms: the end of the job may stop it before its report in %s/node-%s is finished\n",
+                g.rank, host, waited_ms, g.manager_report, host);
+}
+
 /* At MPI_Finalize, after every rank of this node finalized: waits (bounded) for the node
  * manager to finish its report, sends the report's files on stderr, then removes them. A
  * manager that died (SIGKILL) is not waited for; one still busy after the bound is left to
@@ -823,22 +863,8 @@ static void hand_over_report(void)
     snprintf(node, sizeof node, "node-%s", host);
     snprintf(dir, sizeof dir, "%s/%s", g.local_report, node);
     snprintf(path, sizeof path, "%s/node.json", dir);
-    uint64_t t0 = now_ns(), deadline = t0 + HANDOVER_WAIT_MS * 1000000ull;
-    const char *state = "none";
-    for (;;) {
-        pid_t pid = 0;
-        const char *s = manager_state(path, &pid);
-        if (*s) state = s;
-        if (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0) break;
-        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-            state = "gone";
-            break;
-        }
-        if (now_ns() >= deadline) break;
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
-    }
-    unsigned waited_ms = (unsigned)((now_ns() - t0) / 1000000ull);
+    unsigned waited_ms = 0;
+    const char *state = wait_for_manager(path, &waited_ms);
     fflush(stderr);
     /* The sending gets its own bound for the pacing; the writes themselves go on after it. */
     uint64_t until = now_ns() + 2000000000ull;
@@ -967,6 +993,7 @@ static void start_node_manager(void)
         while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
         }
         g.manager_started = 1;
+        snprintf(g.manager_report, sizeof g.manager_report, "%s", report);
         if (g.forward) {
             /* Tells the launch node to expect this node's report, so that one that never
              * comes (this rank killed) is named there. */
@@ -1129,6 +1156,7 @@ int MPI_Finalize(void)
             }
             if (g.forward && g.manager_started) hand_over_report();
         }
+        if (!g.forward && g.manager_started && g.manager_report[0]) wait_for_report();
         if (g.keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&g.keyval);
         if (g.perf_fd >= 0) close(g.perf_fd);
         g.perf_fd = -1;

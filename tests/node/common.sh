@@ -307,10 +307,19 @@ nt_sigkill_run() { # REP CMD...
 # each node manager goes on with the board's traffic and the ranks listed from /proc, pinning
 # as in 1 (nt_node_check); nothing left behind.
 nt_no_perf_run() { # REP CMD...
-  local rep=$1 t0=$SECONDS rc h bad= left
+  local rep=$1 t0=$SECONDS rc h bad= late= left
   shift
   timeout -k 5 150 "$@" >"$tmp/noperf.out" 2>"$tmp/noperf.err"
   rc=$?
+  # The rank that started each manager waited for its report at MPI_Finalize.
+  for h in hA hB; do
+    grep -q '"state": "done"' "$rep/node-$h/node.json" 2>/dev/null || late+=" $h"
+  done
+  if [ -z "$late" ]; then
+    pass "both node reports were finished when the launcher returned"
+  else
+    fail "node reports not finished when the launcher returned:$late"
+  fi
   if [ $rc -eq 0 ] && cmp -s "$tmp/plain.out" "$tmp/noperf.out"; then
     pass "perf refused to the node managers: rc 0, the same output ($((SECONDS - t0)) s)"
   else

@@ -7,8 +7,9 @@
 # removes that directory (idempotent). srun and sinfo find the cluster through SLURM_CONF,
 # which sl_up exports.
 #
-# Choices for a VM: proctrack/linuxproc and task/none (no cgroups: tasks inherit slurmd's CPU
-# mask, the node managers pin them), no accounting, select/cons_tres with 4 CPUs per node
+# Choices for a VM: proctrack/linuxproc (SL_PROCTRACK=cgroup: proctrack/cgroup, each step's
+# processes in a freezer cgroup of their own under slurm_HOST, removed by sl_down) and
+# task/none (tasks inherit slurmd's CPU mask, the node managers pin them), no accounting, select/cons_tres with 4 CPUs per node
 # declared (SlurmdParameters=config_overrides: the namespace hosts share this machine's CPUs,
 # and a job of 8 ranks on 2 nodes must fit without --overcommit), MpiDefault=pmix (Open MPI
 # 4.1 of Debian starts under srun through PMIx), ports 16817/16818 (no clash with a real
@@ -37,6 +38,12 @@ sl_down() { # idempotent; nh_down (after it) kills whatever is left inside the h
         kill -9 "$p" 2>/dev/null || true
     done
     SL_CTLD= SL_MUNGED=
+    # proctrack/cgroup's per-node directories (slurmd leaves them), empty once all is killed.
+    for h in $NH_HOSTS; do
+        for p in /sys/fs/cgroup/*/slurm_"$h" /sys/fs/cgroup/slurm_"$h"; do
+            [ -d "$p" ] && find "$p" -depth -type d -exec rmdir {} + 2>/dev/null
+        done
+    done
     [ -z "$SL_DIR" ] || rm -rf "$SL_DIR"
     SL_DIR=
     unset SLURM_CONF
@@ -85,7 +92,7 @@ SlurmctldLogFile=$d/slurmctld.log
 SlurmdLogFile=$d/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/${SL_PROCTRACK:-linuxproc}
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
@@ -105,6 +112,8 @@ $nodes
 PartitionName=test Nodes=$(echo $NH_HOSTS | tr ' ' ,) Default=YES MaxTime=10 State=UP OverSubscribe=NO
 EOF
     : >"$d/plugstack.conf"
+    # Read with proctrack/cgroup only: the plugin that fits the machine's cgroups, no limits.
+    printf 'CgroupPlugin=autodetect\nConstrainCores=no\nConstrainRAMSpace=no\n' >"$d/cgroup.conf"
     export SLURM_CONF=$d/slurm.conf
     munged --force --socket="$d/munge/sock" --key-file="$d/munge/munge.key" --pid-file="$d/munge/munged.pid" \
         --seed-file="$d/munge/seed" --log-file="$d/munge/log" >/dev/null 2>&1 &&
