@@ -1,7 +1,8 @@
 # Node managers (`huddle node`, docs/cluster.md): a 2-host MPI job on network-namespace hosts
 # (mpi/svm/tests/netns-hosts.sh) under Open MPI (and a 4-host one) and under MPICH's hydra, a
 # node manager started by the job on each; and the same job under a real Slurm (srun) that the
-# test starts on those hosts, with Open MPI's ranks and with MPICH's.
+# test starts on those hosts, with Open MPI's ranks and with MPICH's (and, with Open MPI, a
+# user's LAMMPS job: Debian's lmp, hence --apps).
 TEST_STEPS += test-node-managers test-node-four-hosts test-node-mpich test-node-slurm test-node-slurm-mpich
 
 .PHONY: test-node-managers test-node-four-hosts test-node-mpich test-node-slurm test-node-slurm-mpich
@@ -15,7 +16,7 @@ test-node-mpich: build-pmpi
 	tests/node-mpich.sh
 
 test-node-slurm: build-pmpi
-	scripts/bootstrap --slurm
+	scripts/bootstrap --slurm --apps
 	tests/node-slurm.sh
 
 test-node-slurm-mpich: build-pmpi

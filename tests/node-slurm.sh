@@ -21,7 +21,11 @@
 #  4. (below 3) The job of a user other than root, as on any cluster: `huddle run
 #     --node-managers` and srun run as a system user this test adds (and removes); its ranks
 #     run below root's slurmstepd, which the node managers must leave alone while they watch
-#     and pin the user's ranks. Same checks as 1.
+#     and pin the user's ranks. Same checks as 1. With Open MPI, then a real application as
+#     that user: LAMMPS (Debian's lmp, tests/apps/in.lj, 2 x 2 x 1 grid), 4 ranks, 2 per
+#     host, under `huddle run --node-managers`: the thermo output equals a plain srun run's,
+#     each node's report has its own two ranks, and the job's rank matrix has the grid's
+#     shape (face pairs over 100 times the diagonal ones).
 #  3. A batch script (`sbatch --wait -N 2 -n 8`) with two srun steps that set the variables by
 #     hand with HUDDLE_NODE_REPORT=DIR/job-%j/step-%s: each step's node managers report into
 #     their own DIR/job-JOB/step-0 and step-1 (made with their parent), both nodes each, the
@@ -187,7 +191,57 @@ user_run() {
   else
     fail "as $user: the node reports do not say that the ranks' parent was another user's"
   fi
+  [ "$mpi" != openmpi ] || lammps_run "$home"
   [ -z "$user_made" ] || { userdel "$user_made" && user_made=; }
+}
+
+lammps_run() { # HOME (the user's, its working directory)
+  local home=$1 rep=$1/lammps t0=$SECONDS rc msg left
+  local lmp=(srun -N 2 -n 4 --ntasks-per-node=2 lmp -in "$root/tests/apps/in.lj" -screen none)
+  command -v lmp >/dev/null || { fail "lammps: lmp not installed (scripts/bootstrap --apps)"; return; }
+  (cd "$home" && timeout -k 5 120 "${nt_as[@]}" "${lmp[@]}" -log "$home/lmp-plain.log") >/dev/null 2>&1
+  (cd "$home" && timeout -k 5 150 "${nt_as[@]}" "$huddle" run --node-managers --quiet --report "$rep" -- \
+    "${lmp[@]}" -log "$home/lmp-huddle.log") >/dev/null 2>"$tmp/lmp.err"
+  rc=$?
+  thermo() { sed -n '/^Step /,/^Loop time/p' "$1" | grep -v '^Loop time'; }
+  if [ $rc -eq 0 ] && [ -n "$(thermo "$home/lmp-plain.log")" ] &&
+    diff <(thermo "$home/lmp-plain.log") <(thermo "$home/lmp-huddle.log") >/dev/null; then
+    pass "lammps as the user, 4 ranks on 2 hosts: rc 0, thermo output equal to the plain srun run's ($((SECONDS - t0)) s for both)"
+  else
+    fail "lammps as the user: rc $rc or thermo output differs: $(grep -v '^\[' "$tmp/lmp.err" | tail -2 | tr '\n' ' ')"
+  fi
+  if msg=$(python3 - "$rep" <<'EOF' 2>&1
+import json, sys
+rep = sys.argv[1]
+bad = []
+for host, mine in (("hA", [0, 1]), ("hB", [2, 3])):
+    try:
+        node = json.load(open(f"{rep}/node-{host}/node.json"))
+        tasks = json.load(open(f"{rep}/node-{host}/tasks.json"))
+    except Exception as e:
+        bad.append(f"{host}: {e}")
+        continue
+    ranks = sorted(t["mpi_rank"] for t in tasks if t.get("mpi_rank") is not None)
+    if node.get("state") != "done" or ranks != mine:
+        bad.append(f"{host}: state {node.get('state')}, ranks {ranks} (want {mine})")
+m = [[int(v) for v in line.split(",")] for line in open(f"{rep}/rank-matrix.csv")]
+pair = lambda a, b: m[a][b] + m[b][a]
+face = min(pair(0, 1), pair(2, 3), pair(0, 2), pair(1, 3))
+diag = max(pair(0, 3), pair(1, 2))
+if face <= 100 * diag:
+    bad.append(f"rank matrix: face pairs >= {face} bytes, diagonal <= {diag}")
+if bad:
+    sys.exit("; ".join(bad))
+print(f"both node reports done with their own ranks (hA 0,1; hB 2,3), the job's rank matrix has the grid's shape (face >= {face} bytes, diagonal <= {diag})")
+EOF
+  ); then
+    pass "lammps as the user: $msg"
+  else
+    fail "lammps as the user: $msg"
+  fi
+  no_node_managers 10
+  left=$(leftovers "$rep")
+  [ -z "$left" ] || fail "left behind after lammps: $(echo "$left" | tr '\n' ' ')"
 }
 user_run
 
