@@ -26,6 +26,11 @@
 #     host, under `huddle run --node-managers`: the thermo output equals a plain srun run's,
 #     each node's report has its own two ranks, and the job's rank matrix has the grid's
 #     shape (face pairs over 100 times the diagonal ones).
+#  6. (after 5) Slurm again with task/affinity, 2 CPUs per node as the machine has: a batch
+#     script runs two steps at the same time (`srun --exact ... &`), each with one rank per
+#     node, which Slurm binds to a CPU of the step's own: each node then has two node
+#     managers unaware of each other, and each must keep to its own step's CPU (run.json's
+#     allowed_pus: one PU each, not the same), with both steps' output unchanged.
 #  3. A batch script (`sbatch --wait -N 2 -n 8`) with two srun steps that set the variables by
 #     hand with HUDDLE_NODE_REPORT=DIR/job-%j/step-%s: each step's node managers report into
 #     their own DIR/job-JOB/step-0 and step-1 (made with their parent), both nodes each, the
@@ -272,6 +277,56 @@ cgroup_run() {
 }
 slurm_dirs=$slurm_dir
 cgroup_run
+
+# 6. task/affinity: two steps at once on each node.
+affinity_run() {
+  local rep=$tmp/concurrent rc s h bad= pus left
+  local vars="ALL,LD_PRELOAD=$lib,HUDDLE_NODE=1,HUDDLE_BIN=$huddle,HUDDLE_RANK_MATRIX=none"
+  local step=("${launcher[@]:0:${#launcher[@]}-4}" --exact -N 2 -n 2)
+  local two=("$tmp/pairs" 2 "$ITERS" "$BYTES")
+  sl_down
+  SL_TASK=affinity SL_CPUS=2 sl_up || { fail "cannot start Slurm with task/affinity (see above)"; return; }
+  slurm_dirs+=" $SL_DIR"
+  timeout -k 5 120 "${step[@]}" "${two[@]}" >"$tmp/two-plain.out" 2>"$tmp/two-plain.err" ||
+    { fail "task/affinity: the 2-rank job without huddle failed: $(tail -2 "$tmp/two-plain.err" | tr '\n' ' ')"; return; }
+  {
+    echo '#!/bin/sh'
+    for s in 0 1; do
+      echo "${step[*]} --export=$vars,HUDDLE_NODE_REPORT=$rep/step-%s ${two[*]} >$tmp/two-$s.out &"
+    done
+    echo 'wait'
+  } >"$tmp/two-steps.sh"
+  timeout -k 5 300 sbatch --wait -N 2 -n 4 -o "$tmp/two-batch.log" "$tmp/two-steps.sh" >/dev/null 2>"$tmp/two-batch.err"
+  rc=$?
+  for s in 0 1; do cmp -s "$tmp/two-plain.out" "$tmp/two-$s.out" || bad+=" step $s's output differs;"; done
+  for h in hA hB; do
+    # Each manager's PUs, and whether the two ran at the same time (run.json's start and length).
+    if pus=$(python3 - "$rep/step-0/node-$h/run.json" "$rep/step-1/node-$h/run.json" <<'EOF' 2>&1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+pa, pb = a["allowed_pus"], b["allowed_pus"]
+overlap = min(a["started_unix"] + a["duration_s"], b["started_unix"] + b["duration_s"]) - max(a["started_unix"], b["started_unix"])
+if len(pa) != 1 or len(pb) != 1 or pa == pb or overlap <= 0:
+    sys.exit(f"PUs {pa} and {pb}, together for {overlap:.2f} s")
+print(f"PU {pa[0]} and {pb[0]}, together for {overlap:.1f} s")
+EOF
+    ); then
+      pus_of[$h]=$pus
+    else
+      bad+=" $h: $pus;"
+    fi
+  done
+  if [ $rc -eq 0 ] && [ -z "$bad" ]; then
+    pass "task/affinity, two steps at once: both outputs unchanged, each node's two managers ran at the same time and kept to their own step's PU (hA: ${pus_of[hA]}; hB: ${pus_of[hB]})"
+  else
+    fail "task/affinity, two steps at once: rc $rc,$bad $(tail -2 "$tmp/two-batch.err" "$tmp/two-batch.log" 2>/dev/null | tr '\n' ' ')"
+  fi
+  no_node_managers 10
+  left=$(leftovers "$rep/step-0"; leftovers "$rep/step-1")
+  [ -z "$left" ] || fail "left behind after the two steps: $(echo "$left" | tr '\n' ' ')"
+}
+declare -A pus_of
+affinity_run
 
 # Slurm is gone with the test's hosts: no daemon, step or rank of it, no file of it.
 sl_down

@@ -9,7 +9,8 @@
 #
 # Choices for a VM: proctrack/linuxproc (SL_PROCTRACK=cgroup: proctrack/cgroup, each step's
 # processes in a freezer cgroup of their own under slurm_HOST, removed by sl_down) and
-# task/none (tasks inherit slurmd's CPU mask, the node managers pin them), no accounting, select/cons_tres with 4 CPUs per node
+# task/none (tasks inherit slurmd's CPU mask, the node managers pin them; SL_TASK=affinity:
+# task/affinity, Slurm binds each task, which needs SL_CPUS no more than the machine has), no accounting, select/cons_tres with 4 CPUs per node
 # declared (SlurmdParameters=config_overrides: the namespace hosts share this machine's CPUs,
 # and a job of 8 ranks on 2 nodes must fit without --overcommit), MpiDefault=pmix (Open MPI
 # 4.1 of Debian starts under srun through PMIx), ports 16817/16818 (no clash with a real
@@ -93,7 +94,7 @@ SlurmdLogFile=$d/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/${SL_PROCTRACK:-linuxproc}
-TaskPlugin=task/none
+TaskPlugin=task/${SL_TASK:-none}
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
