@@ -329,7 +329,7 @@ pub struct Session {
     tree: Option<IdSet>,
     /// Without perf ([`Config::tasks_from_proc`]): the program's root process and its tasks
     /// at the last listing, whose changes become task records.
-    listing: Option<(u32, BTreeSet<(u32, u32)>)>,
+    listing: Option<(u32, BTreeSet<procs::TaskId>)>,
     /// A pidfd of the program's main process, readable once it ended: `wait` returns then
     /// (system-wide perf rings do not hang up when the program's tasks exit). Closed once it
     /// fired; from then on `wait` waits at most ENDING_WAIT (the leader's exit is signalled
@@ -576,9 +576,10 @@ impl Session {
     }
 
     /// Follows a running process and every process below it (an mpirun and its ranks), all
-    /// their threads, of those huddle may watch ([`procs::ours`]). Listing and opening race with tasks that start meanwhile: the tree is
-    /// listed again after each opening until nothing new turns up (a task started after
-    /// its creator is followed is inherited by the kernel).
+    /// their threads, of those huddle may watch ([`procs::ours`]). Listing and opening race
+    /// with tasks that start meanwhile: the tree is listed again after each opening until
+    /// nothing new turns up (a task started after its creator is followed is inherited by
+    /// the kernel).
     fn attach(&mut self, pid: i32, cfg: &Config) -> Result<(), DetectError> {
         let root = u32::try_from(pid).map_err(|_| DetectError::NoSuchProcess(pid))?;
         let list = || procs::watched_tasks(root);
@@ -666,7 +667,7 @@ impl Session {
         let Some((root, before)) = self.listing.as_mut() else {
             return;
         };
-        let now: BTreeSet<(u32, u32)> = procs::watched_tasks(*root).into_iter().collect();
+        let now: BTreeSet<procs::TaskId> = procs::watched_tasks(*root).into_iter().collect();
         let (started, ended) = procs::listing_changes(before, &now);
         let time = self.poll_ns;
         for (pid, tid) in started {

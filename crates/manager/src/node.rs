@@ -138,6 +138,13 @@ pub struct NodeRanks {
 impl NodeRanks {
     /// `board`: the job's board, opened; `host`: this host's name as slots carry it.
     pub fn new(inner: Detected, board: Board, host: String) -> NodeRanks {
+        let mut notes = Vec::new();
+        if !crate::procs::ours(inner.pid()) {
+            notes.push(format!(
+                "process {} (the ranks' parent) belongs to another user: only the processes of huddle's own user below it are watched and pinned",
+                inner.pid()
+            ));
+        }
         let mut n = NodeRanks {
             inner,
             board,
@@ -149,7 +156,7 @@ impl NodeRanks {
             done: false,
             started: Instant::now(),
             patience: Duration::from_secs(10),
-            notes: Vec::new(),
+            notes,
         };
         n.refresh();
         n
@@ -283,12 +290,6 @@ impl Observer for NodeRanks {
             self.rows.len(),
             self.inner.pid()
         )];
-        if !crate::procs::ours(self.inner.pid()) {
-            notes.push(format!(
-                "process {} (the ranks' parent) belongs to another user: only the processes of huddle's own user below it are watched and pinned",
-                self.inner.pid()
-            ));
-        }
         let unwatched = self.unwatched();
         if !unwatched.is_empty() {
             notes.push(format!(
