@@ -64,6 +64,19 @@ nt_hosts_up() { # WHAT [EXTRA_SOURCE...]
   esac
 }
 
+# After a job reporting into REP: no node manager running (waits up to 10 s) and nothing of
+# the job left (leftovers), said as one check about WHAT.
+nt_nothing_left() { # REP WHAT
+  local left
+  no_node_managers 10
+  left=$(leftovers "$1")
+  if [ -z "$left" ]; then
+    pass "nothing left after $2"
+  else
+    fail "left behind after $2: $(echo "$left" | tr '\n' ' ')"
+  fi
+}
+
 # The pids of running `huddle node` processes of this huddle binary.
 node_managers() {
   local d
@@ -292,13 +305,7 @@ nt_sigkill_run() { # REP CMD...
     fail "hB's node manager did not finish: $(cat "$rep/node-hB/node.log" 2>/dev/null | tail -2)"
   fi
   if [ -n "$victim" ] && [ -e "/proc/$victim" ]; then fail "the killed node manager $victim is still there"; fi
-  no_node_managers 10
-  left=$(leftovers "$rep")
-  if [ -z "$left" ]; then
-    pass "nothing left after the job with a killed node manager"
-  else
-    fail "left behind after the job with a killed node manager: $(echo "$left" | tr '\n' ' ')"
-  fi
+  nt_nothing_left "$rep" "the job with a killed node manager"
 }
 
 # 3. A job started without huddle whose node managers cannot use perf (CMD passes the agent's
@@ -340,13 +347,7 @@ nt_no_perf_run() { # REP CMD...
     fail "perf refused: the node managers' sources are not the board and /proc:$bad"
   fi
   nt_node_check "$rep"
-  no_node_managers 10
-  left=$(leftovers "$rep")
-  if [ -z "$left" ]; then
-    pass "nothing left after the job whose node managers had no perf"
-  else
-    fail "left behind after the job whose node managers had no perf: $(echo "$left" | tr '\n' ' ')"
-  fi
+  nt_nothing_left "$rep" "the job whose node managers had no perf"
 }
 
 nt_summary() { # WHAT
