@@ -86,7 +86,7 @@ node_managers() {
 }
 
 # What a job with node managers may leave: its boards, scratch rank matrices, detection
-# directories of its node managers (pids from node.json). Prints them; nothing = clean.
+# directories and CPU claims (manager::claims) of its node managers (pids from node.json). Prints them; nothing = clean.
 # Boards and matrices older than this test ($tmp/started, from nt_hosts_up) are another job's:
 # the board directory is shared with every other huddle job of this user on the machine.
 leftovers() { # REPORT_DIR
@@ -96,7 +96,8 @@ leftovers() { # REPORT_DIR
     [ -e "$f" ] && [ "$f" -nt "$tmp/started" ] && echo "$f"
   done
   for pid in $(cat "$1"/node-*/node.json 2>/dev/null | sed -n 's/^ *"pid": \([0-9]*\).*/\1/p'); do
-    for f in "${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}"/huddle-detect-"$pid"-* /tmp/huddle-detect-"$pid"-*; do
+    for f in "${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}"/huddle-detect-"$pid"-* /tmp/huddle-detect-"$pid"-* \
+      /dev/shm/huddle-cpu-claims/"$pid"; do
       [ -e "$f" ] && echo "$f"
     done
   done

@@ -282,7 +282,20 @@ fn manage(
     );
     cfg.max_seconds = args.seconds;
     cfg.ownership = run::Ownership::Attached;
+    // Other jobs' node managers on this machine keep their CPUs (see manager::claims).
+    let claims_dir = Path::new(manager::claims::DEFAULT_DIR);
+    let mut claims_failed = None;
+    match manager::claims::Claims::open(claims_dir) {
+        Ok(c) => cfg.claims = Some(c),
+        Err(e) => {
+            claims_failed = Some(format!(
+                "{}: {e}: this manager did not see which CPUs other huddle managers on this machine pin on",
+                claims_dir.display()
+            ))
+        }
+    }
     let (mut data, stop) = run::manage_until(&mut obs, &target, cfg);
+    data.info.notes.extend(claims_failed);
     data.rank_matrix = obs.rank_matrix();
     let finished = obs.finished();
     let slots = obs.local_slots();

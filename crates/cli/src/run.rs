@@ -301,6 +301,7 @@ pub(crate) fn config(
         max_seconds: None,
         min_traffic: c.min_traffic,
         command,
+        claims: None,
         machine_description: machine,
     }
 }

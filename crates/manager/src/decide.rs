@@ -162,6 +162,17 @@ impl Decider {
             );
             self.controller.accept(t, &current_os);
             Verdict::Migrate { gain }
+        } else if let Some(slot) = pinned_outside(live.masks, target) {
+            // Also a repair: the PU is another huddle manager's now (crate::claims), and
+            // two busy tasks of two programs would share it at any predicted gain.
+            reason = format!(
+                "a task is pinned to PU {}, which this manager may not use now (another huddle \
+                 manager on this machine pins there): moved ({})",
+                target.os_cpu(Slot(slot)),
+                proposal.reason
+            );
+            self.controller.accept(t, &current_os);
+            Verdict::Migrate { gain }
         } else if !proposal.self_judged
             && cost_new <= cost_now * (1.0 + 1e-9)
             && (cost_now - cost_new) < self.controller.threshold * cost_now
@@ -220,6 +231,14 @@ impl Decider {
             interval_ms,
         }
     }
+}
+
+/// The slot of the first task pinned to one PU that `target` does not allow.
+fn pinned_outside(masks: &[Vec<usize>], target: &Target) -> Option<usize> {
+    masks.iter().find_map(|m| match m.as_slice() {
+        [s] if !target.is_allowed(Slot(*s)) => Some(*s),
+        _ => None,
+    })
 }
 
 /// The matrix restricted to the tasks `idx`, symmetrized.
@@ -427,6 +446,45 @@ mod tests {
         };
         assert!(c.migrate, "no confirmation for a repair: {c:?}");
         assert!(c.reason.contains("rebalanced"), "{}", c.reason);
+    }
+
+    /// Partners pinned on PUs another manager took since (crate::claims): moved to the
+    /// others at once, though the move gains nothing on communication.
+    #[test]
+    fn tasks_on_another_managers_pus_move_at_once() {
+        let mut target = four_pus();
+        target.keep_only(&[Slot(2), Slot(3)]);
+        let (t, m) = (tasks(2), {
+            let mut m = CommMatrix::zeros(2);
+            m.set(0, 1, 500.0);
+            m.set(1, 0, 500.0);
+            m
+        });
+        // On one L2 (0 and 1) as they would be on the other (2 and 3): no gain.
+        let current = [0, 1];
+        let masks = vec![vec![0], vec![1]];
+        let live = Live {
+            matrix: &m,
+            tasks: &t,
+            current: &current,
+            masks: &masks,
+        };
+        let Outcome::Judged(c) = comm().decide(0.1, &target, &live) else {
+            panic!("a proposal");
+        };
+        assert!(
+            c.migrate && c.reason.contains("another huddle manager"),
+            "{c:?}"
+        );
+        assert_eq!(c.gain, 0.0, "{c:?}");
+        let mut slots = c.slots.clone();
+        slots.sort_unstable();
+        assert_eq!(slots, [2, 3]);
+        // On the whole machine the same tasks stay.
+        let Outcome::Judged(c) = comm().decide(0.1, &four_pus(), &live) else {
+            panic!("a proposal");
+        };
+        assert!(!c.migrate, "{c:?}");
     }
 
     #[test]

@@ -13,12 +13,14 @@
 //!   [`decide`] (the policy's proposal, judged), [`act`] (pinning and pages) and [`record`]
 //!   (what the report keeps). It reads an [`observer::Observer`]: [`observe`] plugs a
 //!   detection session into it, and [`mpi`] merges the PMPI agent's exact MPI traffic into
-//!   it; [`node`] shows it one node's ranks of an MPI job (`huddle node`).
+//!   it; [`node`] shows it one node's ranks of an MPI job (`huddle node`), and [`claims`]
+//!   keeps the node managers of one machine off each other's CPUs.
 
 #![warn(missing_docs)]
 
 pub mod act;
 pub mod actuate;
+pub mod claims;
 pub mod control;
 pub mod decide;
 pub mod idle;

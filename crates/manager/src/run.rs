@@ -58,6 +58,9 @@ pub struct Config {
     pub min_traffic: f64,
     /// The program's command line, for the report.
     pub command: Vec<String>,
+    /// The CPUs other managers of this machine pin on, left out of decisions (`huddle node`;
+    /// see [`crate::claims`]).
+    pub claims: Option<crate::claims::Claims>,
     /// How the machine model was obtained, and its size, for the report.
     pub machine_description: String,
 }
@@ -80,6 +83,8 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
     let mut decider = Decider::new(cfg.policy, cfg.controller, cfg.min_traffic);
     let mut act = Actuator::new(ledger, target, cfg.page_budget);
     let mut stop = Stop::Ended;
+    // Said once in the report: when other managers' CPUs were first left out.
+    let mut claims_note = None;
     let exit = loop {
         let interval_ms = decider.controller.interval_ms;
         let (events, exit, detach) = wait_interval(obs, cfg.ownership, interval_ms);
@@ -111,7 +116,17 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
             current: &sampled.current,
             masks: &sampled.masks,
         };
-        if let Outcome::Judged(choice) = decider.decide(t, target, &live) {
+        // Other managers' CPUs are left out while the decision and its pinning are made
+        // (under their lock, so that two deciding at once do not take the same CPUs).
+        let locked = cfg.claims.as_ref().and_then(|c| Some((c, c.lock().ok()?)));
+        let narrowed = locked.as_ref().and_then(|(c, _)| {
+            let (narrowed, note) = c.narrow(target, live_tasks.len())?;
+            claims_note.get_or_insert_with(|| format!("{note} (first at {t:.2} s)"));
+            Some(narrowed)
+        });
+        if let Outcome::Judged(choice) =
+            decider.decide(t, narrowed.as_ref().unwrap_or(target), &live)
+        {
             // 3. Act.
             if choice.migrate {
                 act.migrate(
@@ -123,10 +138,14 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
                     &choice,
                 );
                 obs.age();
+                if let Some((c, _)) = &locked {
+                    let _ = c.claim(&choice.proposed_os);
+                }
             }
             // 4. Record.
             record.decision(t, &sampled.live, &choice);
         }
+        drop(locked);
         act.move_pages();
         if cfg.status_line {
             let line =
@@ -172,6 +191,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
         notes: {
             let mut notes = act.into_notes();
             notes.extend(decider.policy.notes());
+            notes.extend(claims_note);
             notes
         },
     };
@@ -343,6 +363,7 @@ mod tests {
             max_seconds: Some(seconds),
             min_traffic: crate::decide::DEFAULT_MIN_TRAFFIC,
             command: vec!["sleep".into()],
+            claims: None,
             machine_description: "this machine".into(),
         }
     }
@@ -528,6 +549,55 @@ mod tests {
         );
         let moves = data.decisions.iter().filter(|d| d.action == "migrate");
         assert_eq!(moves.count(), 1, "mapped once: {:?}", data.decisions);
+    }
+
+    #[test]
+    fn cpus_another_manager_pinned_on_are_left_out() {
+        let machine = Machine::from_system().unwrap();
+        let pus: Vec<u32> = machine.allowed_pus().map(|p| machine.os_cpu(p).0).collect();
+        if pus.len() < 2 {
+            panic!("needs two PUs (the test machine has two): pinning is what this tests");
+        }
+        let dir = std::env::temp_dir().join(format!("huddle-claims-run-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Another manager (its process lives while the test runs) pins on the first CPU.
+        let mut other = Command::new("sleep").arg("30").spawn().unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", other.id())).unwrap();
+        let start = stat[stat.rfind(')').unwrap() + 1..]
+            .split_whitespace()
+            .nth(19)
+            .unwrap()
+            .to_string();
+        std::fs::write(
+            dir.join(other.id().to_string()),
+            format!("{start}\n{}\n", pus[0]),
+        )
+        .unwrap();
+        let run = |claimed: bool| {
+            let mut obs = Fixed::new(spinners(1), CommMatrix::zeros(1));
+            let mut cfg = comm_config(0.5);
+            cfg.policy = crate::policy::parse("static:compact", 1, None).unwrap();
+            cfg.claims = claimed.then(|| crate::claims::Claims::open(&dir).unwrap());
+            let data = manage(&mut obs, &Target::machine(machine.clone()), cfg);
+            let mask = actuate::get_affinity(obs.children[0].id()).unwrap();
+            (mask.iter().collect::<Vec<u32>>(), data.info.notes)
+        };
+        // Compact pins the one task on the first CPU, unless another manager has it.
+        assert_eq!(run(false).0, vec![pus[0]]);
+        let (mask, notes) = run(true);
+        assert_eq!(mask, vec![pus[1]], "{notes:?}");
+        assert!(
+            notes.iter().any(|n| n.contains("another huddle manager")
+                && n.contains(&format!("pid {}", other.id()))),
+            "{notes:?}"
+        );
+        // Our claim went with the loop; the other's stays while its process lives.
+        assert!(!dir.join(std::process::id().to_string()).exists());
+        assert!(dir.join(other.id().to_string()).exists());
+        other.kill().unwrap();
+        other.wait().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Run as another user by `pinning_someone_elses_tasks_is_a_note` (the pids in the

@@ -65,6 +65,20 @@ impl Target {
         Ok(())
     }
 
+    /// Keeps only these slots among the allowed ones (the others become not allowed).
+    pub fn keep_only(&mut self, slots: &[Slot]) {
+        let mut keep = vec![false; self.allowed.len()];
+        for s in slots {
+            if let Some(k) = keep.get_mut(s.0) {
+                *k = true;
+            }
+        }
+        for (a, k) in self.allowed.iter_mut().zip(keep) {
+            *a &= k;
+        }
+        self.rank_threads();
+    }
+
     fn rank_threads(&mut self) {
         self.smt_rank = vec![0; self.allowed.len()];
         for (node, m) in self.cluster.machines.iter().enumerate() {

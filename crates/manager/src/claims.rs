@@ -1,0 +1,326 @@
+//! The CPUs each manager of one machine pins its tasks on, so that two managers do not pin
+//! theirs onto the same PUs: two jobs, or two job steps, on a node whose launcher binds
+//! nothing (each manager would otherwise map its ranks onto the same first cores), or the
+//! namespace hosts of the tests, which share one machine's CPUs.
+//!
+//! Each manager keeps one file in a directory that every manager of the machine sees
+//! ([`DEFAULT_DIR`]: node-local, writable by every user, its sticky bit lets each remove only
+//! its own files). The file is named by the manager's pid and holds its start time (so that a
+//! reused pid is no claim) and the kernel CPUs its tasks are pinned on. Before a decision a
+//! manager reads the other files and leaves their CPUs out, where enough CPUs remain for its
+//! tasks; the decision, the pinning and the new claim are taken under an flock on the
+//! directory's lock file, so two managers deciding at once do not take the same CPUs. The
+//! last manager to leave removes the directory (and the files of managers that were killed).
+
+use mapping::Target;
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use topology::OsCpu;
+
+/// Where the managers of a machine keep their claims: /dev/shm is a tmpfs of the machine's
+/// own, which every user may write.
+pub const DEFAULT_DIR: &str = "/dev/shm/huddle-cpu-claims";
+
+/// This manager's entry in the claims directory; its file goes when this is dropped.
+pub struct Claims {
+    dir: PathBuf,
+    own: PathBuf,
+    pid: u32,
+    start: u64,
+}
+
+/// Holds the directory's lock until dropped (closing the file releases the flock).
+pub struct Locked(#[allow(dead_code)] File);
+
+/// Another manager's claim, as read from its file.
+#[derive(Debug, PartialEq, Eq)]
+struct Entry {
+    start: u64,
+    cpus: Vec<u32>,
+}
+
+impl Claims {
+    /// Joins the claims of `dir` (created, mode 1777, if missing), as this process.
+    pub fn open(dir: &Path) -> io::Result<Claims> {
+        let pid = std::process::id();
+        let start = start_time(pid)
+            .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
+        Claims::open_as(dir, pid, start)
+    }
+
+    fn open_as(dir: &Path, pid: u32, start: u64) -> io::Result<Claims> {
+        let claims = Claims {
+            dir: dir.to_path_buf(),
+            own: dir.join(pid.to_string()),
+            pid,
+            start,
+        };
+        // Fails here, not at the first decision, if the directory cannot be used.
+        drop(claims.lock()?);
+        Ok(claims)
+    }
+
+    /// Takes the directory's lock (waits for a manager holding it), making the directory and
+    /// its lock file where they are missing.
+    pub fn lock(&self) -> io::Result<Locked> {
+        let path = self.dir.join(".lock");
+        loop {
+            match fs::create_dir(&self.dir) {
+                // Every user's managers write here; the sticky bit keeps their files their own.
+                Ok(()) => fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o1777))?,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            let file = match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&path)
+            {
+                Ok(f) => {
+                    fs::set_permissions(&path, fs::Permissions::from_mode(0o644))?;
+                    f
+                }
+                // Another user's lock file: flock needs only a descriptor open for reading.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match File::open(&path) {
+                    Ok(f) => f,
+                    // Removed by the last manager to leave, just now.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                },
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            // SAFETY: flock on our own open descriptor.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The last manager may have removed the directory while we waited: this lock
+            // file is then no one else's, and the lock must be taken again on the new one.
+            let held = file.metadata()?.ino();
+            if fs::metadata(&path).is_ok_and(|m| m.ino() == held) {
+                return Ok(Locked(file));
+            }
+        }
+    }
+
+    /// The CPUs that other live managers claim, and their pids. A file whose process is gone
+    /// (or whose pid now names a process started at another time) is removed where we may.
+    pub fn others(&self) -> (BTreeSet<u32>, Vec<u32>) {
+        let mut cpus = BTreeSet::new();
+        let mut pids = Vec::new();
+        let Ok(dir) = fs::read_dir(&self.dir) else {
+            return (cpus, pids);
+        };
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if pid == self.pid {
+                continue;
+            }
+            let Some(entry) = fs::read_to_string(e.path()).ok().and_then(|s| parse(&s)) else {
+                continue;
+            };
+            if start_time(pid) != Some(entry.start) {
+                let _ = fs::remove_file(e.path());
+                continue;
+            }
+            cpus.extend(entry.cpus);
+            pids.push(pid);
+        }
+        pids.sort_unstable();
+        (cpus, pids)
+    }
+
+    /// The target less the CPUs other live managers claim ([`leave_out`]), with a line for
+    /// the report that says whose they were; None where nothing is left out.
+    pub fn narrow(&self, target: &Target, needed: usize) -> Option<(Target, String)> {
+        let (taken, pids) = self.others();
+        let narrowed = leave_out(target, &taken, needed)?;
+        let list = |xs: &mut dyn Iterator<Item = &u32>| {
+            xs.map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+        };
+        let note = format!(
+            "CPUs {} were pinned by another huddle manager on this machine (pid {}): decisions left them out",
+            list(&mut taken.iter()),
+            list(&mut pids.iter())
+        );
+        Some((narrowed, note))
+    }
+
+    /// Records the CPUs this manager's tasks are pinned on now (written whole, then renamed
+    /// over the old claim: a reader never sees half of one).
+    pub fn claim(&self, cpus: &[OsCpu]) -> io::Result<()> {
+        let mut set: Vec<u32> = cpus.iter().map(|c| c.0).collect();
+        set.sort_unstable();
+        set.dedup();
+        let tmp = self.dir.join(format!(".{}.new", self.pid));
+        let mut f = File::create(&tmp)?;
+        writeln!(f, "{}", self.start)?;
+        writeln!(
+            f,
+            "{}",
+            set.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        )?;
+        fs::rename(&tmp, &self.own)
+    }
+}
+
+impl Drop for Claims {
+    fn drop(&mut self) {
+        let Ok(locked) = self.lock() else {
+            let _ = fs::remove_file(&self.own);
+            return;
+        };
+        let _ = fs::remove_file(&self.own);
+        // The last one out (the files of killed managers swept first) removes the directory.
+        let (_, live) = self.others();
+        if live.is_empty() {
+            // A manager waiting for this lock takes it again on a new file (see `lock`).
+            let _ = fs::remove_file(self.dir.join(".lock"));
+            let _ = fs::remove_dir(&self.dir);
+        }
+        drop(locked);
+    }
+}
+
+/// `target` without the PUs of kernel CPUs in `taken`, when at least `needed` allowed PUs
+/// remain; None when nothing is taken or too little would be left (then the tasks share
+/// CPUs with the other manager's, as they would without claims).
+pub fn leave_out(target: &Target, taken: &BTreeSet<u32>, needed: usize) -> Option<Target> {
+    let keep: Vec<_> = target
+        .allowed_slots()
+        .into_iter()
+        .filter(|&s| !taken.contains(&target.os_cpu(s).0))
+        .collect();
+    let all = target.allowed_slots().len();
+    if keep.len() == all || keep.len() < needed.max(1) {
+        return None;
+    }
+    let mut narrowed = target.clone();
+    narrowed.keep_only(&keep);
+    Some(narrowed)
+}
+
+fn parse(text: &str) -> Option<Entry> {
+    let mut lines = text.lines();
+    let start = lines.next()?.trim().parse().ok()?;
+    let cpus = match lines.next()?.trim() {
+        "" => Vec::new(),
+        list => list
+            .split(',')
+            .map(|c| c.parse().ok())
+            .collect::<Option<_>>()?,
+    };
+    Some(Entry { start, cpus })
+}
+
+/// A process's start time (clock ticks after boot, field 22 of /proc/PID/stat).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topology::Machine;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("huddle-claims-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn entries_are_parsed() {
+        assert_eq!(
+            parse("123\n0,2,5\n"),
+            Some(Entry {
+                start: 123,
+                cpus: vec![0, 2, 5]
+            })
+        );
+        assert_eq!(
+            parse("7\n\n"),
+            Some(Entry {
+                start: 7,
+                cpus: vec![]
+            })
+        );
+        assert_eq!(parse("x\n1\n"), None);
+        assert_eq!(parse("7\n1,a\n"), None);
+        assert_eq!(parse(""), None);
+    }
+
+    #[test]
+    fn own_start_time_is_read() {
+        let a = start_time(std::process::id()).unwrap();
+        assert_eq!(start_time(std::process::id()), Some(a));
+        assert_eq!(start_time(u32::MAX), None);
+    }
+
+    #[test]
+    fn another_managers_cpus_are_seen_and_its_file_goes_with_it() {
+        let d = dir("two");
+        // Another manager: a live child process, with its own start time.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let other = Claims::open_as(&d, child.id(), start_time(child.id()).unwrap()).unwrap();
+        other.claim(&[OsCpu(3), OsCpu(1), OsCpu(3)]).unwrap();
+        let mine = Claims::open(&d).unwrap();
+        assert_eq!(
+            mine.others(),
+            ([1, 3].into_iter().collect(), vec![child.id()])
+        );
+        assert_eq!(
+            fs::metadata(&d).unwrap().permissions().mode() & 0o7777,
+            0o1777
+        );
+        // Its process gone: the claim is stale and removed.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(mine.others(), (BTreeSet::new(), vec![]));
+        assert!(!d.join(child.id().to_string()).exists());
+        drop(other);
+        // A pid whose start time differs (reused) is no claim either.
+        let reused = Claims::open_as(&d, 1, start_time(1).unwrap() + 1).unwrap();
+        reused.claim(&[OsCpu(0)]).unwrap();
+        assert_eq!(mine.others().0, BTreeSet::new());
+        // Ours goes when we drop it.
+        mine.claim(&[OsCpu(0)]).unwrap();
+        assert!(d.join(std::process::id().to_string()).exists());
+        drop(mine);
+        assert!(!d.join(std::process::id().to_string()).exists());
+        // The last one out leaves nothing behind.
+        drop(reused);
+        assert!(!d.exists(), "{:?}", fs::read_dir(&d).map(|r| r.count()));
+    }
+
+    #[test]
+    fn taken_cpus_are_left_out_while_enough_remain() {
+        let target = Target::machine(Machine::from_synthetic("pack:1 core:8 pu:1").unwrap());
+        let taken: BTreeSet<u32> = [0, 1, 2, 3].into_iter().collect();
+        let n = leave_out(&target, &taken, 4).unwrap();
+        let os: Vec<u32> = n.allowed_slots().iter().map(|&s| n.os_cpu(s).0).collect();
+        assert_eq!(os, vec![4, 5, 6, 7]);
+        // Too few left for 5 tasks, nothing taken: the whole target.
+        assert!(leave_out(&target, &taken, 5).is_none());
+        assert!(leave_out(&target, &BTreeSet::new(), 1).is_none());
+        // CPUs the target does not allow change nothing.
+        assert!(leave_out(&target, &[9].into_iter().collect(), 1).is_none());
+    }
+}
