@@ -194,6 +194,16 @@ EOF
 # must say each node's report came (default: the shared file system). The array nt_as, where
 # set, is the command that runs huddle as another user (and board_dir is then that user's).
 nt_as=()
+# After a failed job: its stderr (framed report lines left out) and what the kernel said of
+# crashed processes, so that a failure seen once in CI can be told apart afterwards.
+nt_diagnose() { # STDERR_FILE
+  echo "---- $1 (last 40 lines, framed report lines left out)"
+  grep -v '^\[\|@huddle-node' "$1" | tail -40
+  echo "---- kernel messages of crashed processes (last 5)"
+  dmesg 2>/dev/null | grep -E 'segfault|general protection|trap|killed process' | tail -5
+  echo "----"
+}
+
 nt_huddle_run() { # CMD...
   local rep=${NT_REPORT:-$tmp/report} via=${NT_VIA:-shared file system} t0=$SECONDS rc secs h msg left
   timeout -k 5 150 ${nt_as[@]+"${nt_as[@]}"} "$huddle" run --node-managers --quiet --report "$rep" -- "$@" \
@@ -202,6 +212,7 @@ nt_huddle_run() { # CMD...
   secs=$((SECONDS - t0))
   if [ $rc -ne 0 ]; then
     fail "huddle run --node-managers: rc $rc: $(grep -v '^\[' "$tmp/run.err" | tail -3)"
+    nt_diagnose "$tmp/run.err"
   elif ! cmp -s "$tmp/plain.out" "$tmp/run.out"; then
     fail "huddle run --node-managers: the job's output differs: $(cat "$tmp/run.out")"
   else
