@@ -428,22 +428,26 @@ mod tests {
         assert_eq!(second.current_os, [0, 1, 2, 3].map(OsCpu));
     }
 
-    #[test]
-    fn busy_tasks_stacked_on_one_pu_are_rebalanced_at_once() {
-        let target = four_pus();
-        let (t, m) = (tasks(4), two_pairs(100.0));
-        // All four pinned to PU 0.
-        let current = [0, 0, 0, 0];
-        let masks = vec![vec![0]; 4];
+    /// The `comm` policy's first judged choice for tasks pinned one PU each at `current`.
+    fn first_choice(target: &Target, m: &CommMatrix, current: &[usize]) -> Choice {
+        let t = tasks(current.len());
+        let masks: Vec<Vec<usize>> = current.iter().map(|&s| vec![s]).collect();
         let live = Live {
-            matrix: &m,
+            matrix: m,
             tasks: &t,
-            current: &current,
+            current,
             masks: &masks,
         };
-        let Outcome::Judged(c) = comm().decide(0.1, &target, &live) else {
+        let Outcome::Judged(c) = comm().decide(0.1, target, &live) else {
             panic!("a proposal");
         };
+        c
+    }
+
+    #[test]
+    fn busy_tasks_stacked_on_one_pu_are_rebalanced_at_once() {
+        // All four pinned to PU 0.
+        let c = first_choice(&four_pus(), &two_pairs(100.0), &[0, 0, 0, 0]);
         assert!(c.migrate, "no confirmation for a repair: {c:?}");
         assert!(c.reason.contains("rebalanced"), "{}", c.reason);
     }
@@ -454,24 +458,11 @@ mod tests {
     fn tasks_on_another_managers_pus_move_at_once() {
         let mut target = four_pus();
         target.keep_only(&[Slot(2), Slot(3)]);
-        let (t, m) = (tasks(2), {
-            let mut m = CommMatrix::zeros(2);
-            m.set(0, 1, 500.0);
-            m.set(1, 0, 500.0);
-            m
-        });
+        let mut m = CommMatrix::zeros(2);
+        m.set(0, 1, 500.0);
+        m.set(1, 0, 500.0);
         // On one L2 (0 and 1) as they would be on the other (2 and 3): no gain.
-        let current = [0, 1];
-        let masks = vec![vec![0], vec![1]];
-        let live = Live {
-            matrix: &m,
-            tasks: &t,
-            current: &current,
-            masks: &masks,
-        };
-        let Outcome::Judged(c) = comm().decide(0.1, &target, &live) else {
-            panic!("a proposal");
-        };
+        let c = first_choice(&target, &m, &[0, 1]);
         assert!(
             c.migrate && c.reason.contains("another huddle manager"),
             "{c:?}"
@@ -481,9 +472,7 @@ mod tests {
         slots.sort_unstable();
         assert_eq!(slots, [2, 3]);
         // On the whole machine the same tasks stay.
-        let Outcome::Judged(c) = comm().decide(0.1, &four_pus(), &live) else {
-            panic!("a proposal");
-        };
+        let c = first_choice(&four_pus(), &m, &[0, 1]);
         assert!(!c.migrate, "{c:?}");
     }
 
