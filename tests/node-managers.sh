@@ -75,7 +75,9 @@ timeout -k 5 150 "$huddle" run --node-managers --quiet --report "$rep" -- "${lau
 JOB_PID=$!
 victim=
 for _ in $(seq 1 150); do
-  victim=$(sed -n 's/^ *"pid": \([0-9]*\).*/\1/p' "$board_dir"/report-*/node-hA/node.json 2>/dev/null | head -1)
+  # This job's scratch report only: a crashed earlier job may have left one behind.
+  victim=$(find "$board_dir" -maxdepth 3 -path "$board_dir/report-*/node-hA/node.json" -newer "$tmp/started" \
+    -exec sed -n 's/^ *"pid": \([0-9]*\).*/\1/p' {} + 2>/dev/null | head -1)
   [ -n "$victim" ] && break
   sleep 0.1
 done

@@ -105,6 +105,10 @@ else
   launcher=(srun --mpi=pmi2 -N 2 -n 8)
 fi
 program=("$tmp/pairs" 4 "$ITERS" "$BYTES")
+# Which tasks got through MPI_Init (nt_ompi_init_crash); srun passes it on.
+export PAIRS_INIT_DIR=$tmp/init
+mkdir -p "$PAIRS_INIT_DIR"
+chmod 1777 "$PAIRS_INIT_DIR" # the other user's job of section 4 too
 
 nt_plain_run "${launcher[@]}" "${program[@]}"
 nt_huddle_run "${launcher[@]}" "${program[@]}"

@@ -121,7 +121,10 @@ nt_plain_run() { # CMD...
   timeout -k 5 120 "$@" >"$tmp/plain.out" 2>"$tmp/plain.err"
   rc=$?
   if [ $rc -ne 0 ] || ! grep -q "checksum=" "$tmp/plain.out"; then
-    echo "FAIL the job without huddle: rc $rc"; tail -5 "$tmp/plain.err"; exit 1
+    echo "FAIL the job without huddle: rc $rc"
+    tail -5 "$tmp/plain.err"
+    fails=$((fails + 1))
+    nt_summary "plain-run" # nothing else can be compared
   fi
   echo "     plain run: $(cat "$tmp/plain.out") ($((SECONDS - t0)) s)"
 }
@@ -198,7 +201,7 @@ nt_as=()
 # crashed processes, so that a failure seen once in CI can be told apart afterwards.
 nt_diagnose() { # STDERR_FILE
   echo "---- $1 (last 40 lines, framed report lines left out)"
-  grep -v '^\[\|@huddle-node' "$1" | tail -40
+  grep -v '@huddle-node' "$1" | tail -40
   echo "---- kernel messages of crashed processes (last 5)"
   dmesg 2>/dev/null | grep -E 'segfault|general protection|trap|killed process' | tail -5
   echo "----"
@@ -316,7 +319,15 @@ nt_sigkill_run() { # REP CMD...
   else
     fail "hB's node manager did not finish: $(cat "$rep/node-hB/node.log" 2>/dev/null | tail -2)"
   fi
-  if [ -n "$victim" ] && [ -e "/proc/$victim" ]; then fail "the killed node manager $victim is still there"; fi
+  if [ -n "$victim" ] && [ -e "/proc/$victim" ]; then
+    # A zombie has ended; its parent (the launcher's daemon, a subreaper) reaps it later.
+    local state
+    state=$(sed -n 's/^State:\t\(.\).*/\1/p; s/^PPid:\t/ parent /p' "/proc/$victim/status" 2>/dev/null | tr -d '\n')
+    case $state in
+      Z*) echo "     the killed node manager $victim has ended, not reaped yet by its${state#Z}" ;;
+      *) fail "the killed node manager $victim is still there (state $state)" ;;
+    esac
+  fi
   nt_nothing_left "$rep" "the job with a killed node manager"
 }
 
@@ -363,5 +374,27 @@ nt_no_perf_run() { # REP CMD...
 }
 
 nt_summary() { # WHAT
-  [ $fails -eq 0 ] || { echo "$fails $1 check(s) failed"; exit 1; }
+  [ $fails -eq 0 ] && return
+  echo "$fails $1 check(s) failed"
+  local crashed
+  crashed=$(nt_ompi_init_crash)
+  if [ -n "$crashed" ]; then
+    echo "NOTE: tasks died inside MPI_Init (Open MPI's, as in jobs without huddle): $crashed"
+    exit 75
+  fi
+  exit 1
+}
+
+# The Slurm tasks of tests/node/pairs.c that entered MPI_Init and never left it (its marks in
+# $PAIRS_INIT_DIR). Debian's Open MPI 4.1.4, ranks started by srun on the namespace hosts
+# under load, crashes there: its TCP BTL hands a first message (tag 65, ob1's match) to a
+# callback not registered yet (cores read with gdb, 2026-11-26: 3 of 6 runs of
+# tests/node-slurm.sh with one more busy process; also in jobs without huddle). When a check
+# failed and this is seen, `make test` runs the script once more (exit 75, mk/node.mk).
+nt_ompi_init_crash() {
+  local f
+  [ -n "${PAIRS_INIT_DIR:-}" ] || return 0
+  for f in "$PAIRS_INIT_DIR"/*.pre; do
+    [ -e "$f" ] && [ ! -e "${f%.pre}.post" ] && echo -n "${f##*/} "
+  done
 }

@@ -13,10 +13,28 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+/* With PAIRS_INIT_DIR set (tests/node-slurm.sh), each rank of a Slurm step leaves an empty file
+ * JOB.STEP.TASK.PID.pre before MPI_Init and JOB.STEP.TASK.PID.post after it: a task with the
+ * first and not the second died inside MPI_Init (tests/node/common.sh, nt_ompi_init_crash).
+ * The pid tells apart the jobs of a Slurm that was restarted (job ids begin again). */
+static void mark(const char *when)
+{
+    const char *dir = getenv("PAIRS_INIT_DIR"), *job = getenv("SLURM_JOB_ID"),
+               *step = getenv("SLURM_STEP_ID"), *task = getenv("SLURM_PROCID");
+    if (!dir || !job || !step || !task) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.%s.%s.%d.%s", dir, job, step, task, (int)getpid(), when);
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+}
 
 int main(int argc, char **argv)
 {
+    mark("pre");
     MPI_Init(&argc, &argv);
+    mark("post");
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -224,12 +224,17 @@ fn parse(text: &str) -> Option<Entry> {
     Some(Entry { start, cpus })
 }
 
-/// A process's start time (clock ticks after boot, field 22 of /proc/PID/stat).
+/// A live process's start time (clock ticks after boot, field 22 of /proc/PID/stat); None
+/// for a process that is gone or a zombie (a killed manager whose parent has not reaped it
+/// yet pins nothing).
 fn start_time(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -265,10 +270,22 @@ mod tests {
     }
 
     #[test]
-    fn own_start_time_is_read() {
+    fn start_times_are_those_of_live_processes() {
         let a = start_time(std::process::id()).unwrap();
         assert_eq!(start_time(std::process::id()), Some(a));
         assert_eq!(start_time(u32::MAX), None);
+        // A child that ended and is not reaped yet: a zombie has none.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        for _ in 0..500 {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            if stat.contains(") Z ") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert_eq!(start_time(pid), None);
+        child.wait().unwrap();
     }
 
     #[test]
