@@ -86,7 +86,8 @@ node_managers() {
 }
 
 # What a job with node managers may leave: its boards, scratch rank matrices, detection
-# directories and CPU claims (manager::claims) of its node managers (pids from node.json). Prints them; nothing = clean.
+# directories and CPU claims (manager::claims) of its node managers (pids from node.json).
+# Prints them; nothing = clean.
 # Boards and matrices older than this test ($tmp/started, from nt_hosts_up) are another job's:
 # the board directory is shared with every other huddle job of this user on the machine.
 leftovers() { # REPORT_DIR
