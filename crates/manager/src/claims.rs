@@ -227,7 +227,7 @@ fn parse(text: &str) -> Option<Entry> {
 /// A live process's start time (clock ticks after boot, field 22 of /proc/PID/stat); None
 /// for a process that is gone or a zombie (a killed manager whose parent has not reaped it
 /// yet pins nothing).
-fn start_time(pid: u32) -> Option<u64> {
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
     let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();

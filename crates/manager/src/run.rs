@@ -563,12 +563,7 @@ mod tests {
         // Another manager (its process lives while the test runs) pins on the first CPU.
         let mut other = Command::new("sleep").arg("30").spawn().unwrap();
         std::fs::create_dir(&dir).unwrap();
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", other.id())).unwrap();
-        let start = stat[stat.rfind(')').unwrap() + 1..]
-            .split_whitespace()
-            .nth(19)
-            .unwrap()
-            .to_string();
+        let start = crate::claims::start_time(other.id()).unwrap();
         std::fs::write(
             dir.join(other.id().to_string()),
             format!("{start}\n{}\n", pus[0]),
