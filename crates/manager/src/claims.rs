@@ -6,11 +6,13 @@
 //! Each manager keeps one file in a directory that every manager of the machine sees
 //! ([`DEFAULT_DIR`]: node-local, writable by every user, its sticky bit lets each remove only
 //! its own files). The file is named by the manager's pid and holds its start time (so that a
-//! reused pid is no claim) and the kernel CPUs its tasks are pinned on. Before a decision a
-//! manager reads the other files and leaves their CPUs out, where enough CPUs remain for its
-//! tasks; the decision, the pinning and the new claim are taken under an flock on the
-//! directory's lock file, so two managers deciding at once do not take the same CPUs. The
-//! last manager to leave removes the directory (and the files of managers that were killed).
+//! reused pid is no claim) and the kernel CPUs its busy tasks are pinned on (renewed at each
+//! decision, so a task that went idle gives its CPU back). Before a decision a manager reads
+//! the other files and leaves their CPUs out; where fewer CPUs remain than it has busy tasks
+//! it pins nothing for a while (others' busy tasks may go idle), then decides on all CPUs. The decision, the pinning and the new claim are taken
+//! under an flock on the directory's lock file, so two managers deciding at once do not take
+//! the same CPUs. The last manager to leave removes the directory (and the files of managers
+//! that were killed).
 
 use mapping::Target;
 use std::collections::BTreeSet;
@@ -31,6 +33,20 @@ pub struct Claims {
     own: PathBuf,
     pid: u32,
     start: u64,
+    /// The CPUs of the last claim written (None: none yet).
+    last: std::sync::Mutex<Option<Vec<u32>>>,
+}
+
+/// What other managers' claims leave one manager ([`Claims::narrow`]).
+pub enum Narrowed {
+    /// No other manager claims a CPU of the target.
+    Whole,
+    /// The target without the others' CPUs, and a line for the report.
+    To(Target, String),
+    /// Fewer CPUs are left than busy tasks, and a line for the report: pinned onto the
+    /// others' CPUs, two programs' busy tasks would share PUs, which the scheduler avoids
+    /// while they float (the run loop waits a while before it decides on all CPUs).
+    TooFew(String),
 }
 
 /// Holds the directory's lock until dropped (closing the file releases the flock).
@@ -58,6 +74,7 @@ impl Claims {
             own: dir.join(pid.to_string()),
             pid,
             start,
+            last: Default::default(),
         };
         // Fails here, not at the first decision, if the directory cannot be used.
         drop(claims.lock()?);
@@ -138,28 +155,40 @@ impl Claims {
         (cpus, pids)
     }
 
-    /// The target less the CPUs other live managers claim ([`leave_out`]), with a line for
-    /// the report that says whose they were; None where nothing is left out.
-    pub fn narrow(&self, target: &Target, needed: usize) -> Option<(Target, String)> {
+    /// What the CPUs other live managers claim leave this manager for `needed` tasks
+    /// ([`leave_out`]), with a line for the report that says whose they were.
+    pub fn narrow(&self, target: &Target, needed: usize) -> Narrowed {
         let (taken, pids) = self.others();
-        let narrowed = leave_out(target, &taken, needed)?;
         let list = |xs: &mut dyn Iterator<Item = &u32>| {
             xs.map(|x| x.to_string()).collect::<Vec<_>>().join(",")
         };
-        let note = format!(
-            "CPUs {} were pinned by another huddle manager on this machine (pid {}): decisions left them out",
+        let whose = format!(
+            "CPUs {} were pinned by another huddle manager on this machine (pid {})",
             list(&mut taken.iter()),
             list(&mut pids.iter())
         );
-        Some((narrowed, note))
+        match leave_out(target, &taken, needed) {
+            LeftOut::Nothing => Narrowed::Whole,
+            LeftOut::Kept(narrowed) => {
+                Narrowed::To(narrowed, format!("{whose}: decisions left them out"))
+            }
+            LeftOut::TooFew(left) => Narrowed::TooFew(format!(
+                "{whose}: {left} CPUs were left for {needed} busy tasks"
+            )),
+        }
     }
 
-    /// Records the CPUs this manager's tasks are pinned on now (written whole, then renamed
-    /// over the old claim: a reader never sees half of one).
+    /// Records the CPUs this manager's busy tasks are pinned on now (written whole, then
+    /// renamed over the old claim: a reader never sees half of one; not written again while
+    /// the set stays the same).
     pub fn claim(&self, cpus: &[OsCpu]) -> io::Result<()> {
         let mut set: Vec<u32> = cpus.iter().map(|c| c.0).collect();
         set.sort_unstable();
         set.dedup();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_ref() == Some(&set) {
+            return Ok(());
+        }
         let tmp = self.dir.join(format!(".{}.new", self.pid));
         let mut f = File::create(&tmp)?;
         writeln!(f, "{}", self.start)?;
@@ -171,7 +200,9 @@ impl Claims {
                 .collect::<Vec<_>>()
                 .join(",")
         )?;
-        fs::rename(&tmp, &self.own)
+        fs::rename(&tmp, &self.own)?;
+        *last = Some(set);
+        Ok(())
     }
 }
 
@@ -193,22 +224,34 @@ impl Drop for Claims {
     }
 }
 
+/// What `taken` leaves of a target ([`leave_out`]).
+#[derive(Debug)]
+pub enum LeftOut {
+    /// None of the target's PUs is taken.
+    Nothing,
+    /// The target without the taken PUs: at least the tasks needed remain.
+    Kept(Target),
+    /// Only this many PUs remain, fewer than the tasks needed.
+    TooFew(usize),
+}
+
 /// `target` without the PUs of kernel CPUs in `taken`, when at least `needed` allowed PUs
-/// remain; None when nothing is taken or too little would be left (then the tasks share
-/// CPUs with the other manager's, as they would without claims).
-pub fn leave_out(target: &Target, taken: &BTreeSet<u32>, needed: usize) -> Option<Target> {
+/// remain.
+pub fn leave_out(target: &Target, taken: &BTreeSet<u32>, needed: usize) -> LeftOut {
     let keep: Vec<_> = target
         .allowed_slots()
         .into_iter()
         .filter(|&s| !taken.contains(&target.os_cpu(s).0))
         .collect();
-    let all = target.allowed_slots().len();
-    if keep.len() == all || keep.len() < needed.max(1) {
-        return None;
+    if keep.len() == target.allowed_slots().len() {
+        return LeftOut::Nothing;
+    }
+    if keep.len() < needed.max(1) {
+        return LeftOut::TooFew(keep.len());
     }
     let mut narrowed = target.clone();
     narrowed.keep_only(&keep);
-    Some(narrowed)
+    LeftOut::Kept(narrowed)
 }
 
 fn parse(text: &str) -> Option<Entry> {
@@ -331,13 +374,21 @@ mod tests {
     fn taken_cpus_are_left_out_while_enough_remain() {
         let target = Target::machine(Machine::from_synthetic("pack:1 core:8 pu:1").unwrap());
         let taken: BTreeSet<u32> = [0, 1, 2, 3].into_iter().collect();
-        let n = leave_out(&target, &taken, 4).unwrap();
+        let LeftOut::Kept(n) = leave_out(&target, &taken, 4) else {
+            panic!("4 CPUs are left for 4 tasks");
+        };
         let os: Vec<u32> = n.allowed_slots().iter().map(|&s| n.os_cpu(s).0).collect();
         assert_eq!(os, vec![4, 5, 6, 7]);
-        // Too few left for 5 tasks, nothing taken: the whole target.
-        assert!(leave_out(&target, &taken, 5).is_none());
-        assert!(leave_out(&target, &BTreeSet::new(), 1).is_none());
-        // CPUs the target does not allow change nothing.
-        assert!(leave_out(&target, &[9].into_iter().collect(), 1).is_none());
+        // Too few left for 5 tasks.
+        assert!(matches!(leave_out(&target, &taken, 5), LeftOut::TooFew(4)));
+        // Nothing taken, or only CPUs the target does not allow: the whole target.
+        assert!(matches!(
+            leave_out(&target, &BTreeSet::new(), 1),
+            LeftOut::Nothing
+        ));
+        assert!(matches!(
+            leave_out(&target, &[9].into_iter().collect(), 1),
+            LeftOut::Nothing
+        ));
     }
 }

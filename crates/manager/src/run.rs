@@ -3,13 +3,14 @@
 //! [`crate::record`]); this one runs them and handles signals and the end of the run.
 
 use crate::act::Actuator;
+use crate::claims::Narrowed;
 use crate::control::Controller;
 use crate::decide::{Decider, Live, Outcome};
 use crate::observer::{Exit, ObservedTask, Observer};
 use crate::policy::Policy;
 use crate::record::{Closing, Recorder};
 use crate::sample::Sampler;
-use mapping::Target;
+use mapping::{Slot, Target};
 use rundata::RunData;
 use std::time::{Duration, Instant};
 
@@ -65,6 +66,21 @@ pub struct Config {
     pub machine_description: String,
 }
 
+/// How long a manager pins nothing while other managers' claims leave fewer CPUs than it has
+/// busy tasks. Longer, and the machine is oversubscribed for good (two jobs of more busy tasks
+/// than CPUs, the namespace hosts of the tests on 2 PUs): tasks share PUs whatever is done,
+/// and partners sharing one is the best left, so the decision is made on all CPUs.
+const TOO_FEW_WAIT_S: f64 = 1.0;
+
+/// The kernel CPUs of the tasks pinned to one PU (`masks`: each task's allowed slots).
+fn pinned_pus(target: &Target, masks: &[Vec<usize>]) -> Vec<topology::OsCpu> {
+    masks
+        .iter()
+        .filter(|m| m.len() == 1)
+        .map(|m| target.os_cpu(Slot(m[0])))
+        .collect()
+}
+
 /// Runs the loop until the program ends (or `max_seconds`), then returns everything the
 /// report needs. Acting failures (a thread that exits, EPERM) are recorded, never fatal.
 pub fn manage(obs: &mut dyn Observer, target: &Target, cfg: Config) -> RunData {
@@ -85,6 +101,8 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
     let mut stop = Stop::Ended;
     // Said once in the report: when other managers' CPUs were first left out.
     let mut claims_note = None;
+    let mut too_few_note = None;
+    let mut too_few_since = None;
     let exit = loop {
         let interval_ms = decider.controller.interval_ms;
         let (events, exit, detach) = wait_interval(obs, cfg.ownership, interval_ms);
@@ -119,12 +137,33 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
         // Other managers' CPUs are left out while the decision and its pinning are made
         // (under their lock, so that two deciding at once do not take the same CPUs).
         let locked = cfg.claims.as_ref().and_then(|c| Some((c, c.lock().ok()?)));
-        let narrowed = locked.as_ref().and_then(|(c, _)| {
-            let (narrowed, note) = c.narrow(target, live_tasks.len())?;
-            claims_note.get_or_insert_with(|| format!("{note} (first at {t:.2} s)"));
-            Some(narrowed)
-        });
-        if let Outcome::Judged(choice) =
+        let mut narrowed = None;
+        let mut too_few = false;
+        if let Some((c, _)) = &locked {
+            match c.narrow(target, live_tasks.len()) {
+                Narrowed::Whole => too_few_since = None,
+                Narrowed::To(t_narrowed, note) => {
+                    too_few_since = None;
+                    claims_note.get_or_insert_with(|| format!("{note} (first at {t:.2} s)"));
+                    narrowed = Some(t_narrowed);
+                }
+                Narrowed::TooFew(note) => {
+                    too_few_note.get_or_insert_with(|| {
+                        format!(
+                            "{note}: none was pinned for up to {TOO_FEW_WAIT_S} s, then all \
+                             CPUs were used (first at {t:.2} s)"
+                        )
+                    });
+                    let since = *too_few_since.get_or_insert(t);
+                    too_few = t - since < TOO_FEW_WAIT_S;
+                }
+            }
+        }
+        let mut claimed = None;
+        if too_few {
+            // No decision: the tasks float (or stay where they are) while other managers'
+            // busy tasks may still go idle (MPI_Init's threads do within tenths of a second).
+        } else if let Outcome::Judged(choice) =
             decider.decide(t, narrowed.as_ref().unwrap_or(target), &live)
         {
             // 3. Act.
@@ -138,12 +177,15 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
                     &choice,
                 );
                 obs.age();
-                if let Some((c, _)) = &locked {
-                    let _ = c.claim(&choice.proposed_os);
-                }
+                claimed = Some(choice.proposed_os.clone());
             }
             // 4. Record.
             record.decision(t, &sampled.live, &choice);
+        }
+        if let Some((c, _)) = &locked {
+            // What the busy tasks hold now: tasks that went idle give their PUs back.
+            let held = claimed.unwrap_or_else(|| pinned_pus(target, &sampled.masks));
+            let _ = c.claim(&held);
         }
         drop(locked);
         act.move_pages();
@@ -192,6 +234,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
             let mut notes = act.into_notes();
             notes.extend(decider.policy.notes());
             notes.extend(claims_note);
+            notes.extend(too_few_note);
             notes
         },
     };
@@ -590,6 +633,31 @@ mod tests {
         // Our claim went with the loop; the other's stays while its process lives.
         assert!(!dir.join(std::process::id().to_string()).exists());
         assert!(dir.join(other.id().to_string()).exists());
+        // Two busy tasks and one CPU left: pinning them would stack one onto the other
+        // manager's CPU, so neither is pinned for a second, and the report says why; after
+        // that the machine counts as oversubscribed and they are pinned on all CPUs.
+        let pinned_after = |seconds: f64| {
+            let mut obs = Fixed::new(spinners(2), CommMatrix::zeros(2));
+            let mut cfg = comm_config(seconds);
+            cfg.policy = crate::policy::parse("static:compact", 2, None).unwrap();
+            cfg.claims = Some(crate::claims::Claims::open(&dir).unwrap());
+            let data = manage(&mut obs, &Target::machine(machine.clone()), cfg);
+            let masks: Vec<usize> = obs
+                .children
+                .iter()
+                .map(|c| actuate::get_affinity(c.id()).unwrap().iter().count())
+                .collect();
+            let waited = data.info.notes.iter().any(|n| {
+                n.contains(&format!(
+                    "{} CPUs were left for 2 busy tasks: none was pinned for up to 1 s",
+                    pus.len() - 1
+                ))
+            });
+            assert!(waited, "{:?}", data.info.notes);
+            masks
+        };
+        assert_eq!(pinned_after(0.5), vec![pus.len(); 2]);
+        assert_eq!(pinned_after(1.6), vec![1; 2]);
         other.kill().unwrap();
         other.wait().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
