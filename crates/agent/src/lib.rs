@@ -489,10 +489,16 @@ fn start() {
         UFFD.store((*st).uffd, Ordering::Release);
         STATE.store(st, Ordering::Release);
         // The helpers run on stacks of our own, so that their ranges are known and excluded
-        // before they exist: they must never drop or protect their own stacks.
-        let stacks = [own_mapping(HELPER_STACK), own_mapping(HELPER_STACK)];
+        // before they exist: they must never drop or protect their own stacks. Each has a
+        // guard page below it: a helper that overran its stack would otherwise write into
+        // whatever the program mapped next (our mappings have no name where the kernel
+        // lacks PR_SET_VMA_ANON_NAME, and merge with the program's).
+        let stacks = [guarded_stack(), guarded_stack()];
         for (k, stack) in stacks.iter().enumerate() {
-            (*st).excluded[2 + k] = (*stack as u64, *stack as u64 + HELPER_STACK as u64);
+            if !stack.is_null() {
+                let guard = *stack as u64 - PAGE as u64;
+                (*st).excluded[2 + k] = (guard, *stack as u64 + HELPER_STACK as u64);
+            }
         }
         if (*st).vault != 0 {
             (*st).excluded[4] = ((*st).vault, (*st).vault + (VAULT_PAGES * PAGE) as u64);
@@ -514,6 +520,19 @@ fn start() {
 }
 
 const HELPER_STACK: usize = 256 << 10;
+
+/// HELPER_STACK bytes for a helper's stack above a PROT_NONE guard page (null: none).
+unsafe fn guarded_stack() -> *mut c_void {
+    let p = own_mapping(PAGE + HELPER_STACK);
+    if p.is_null() {
+        return p;
+    }
+    if libc::mprotect(p, PAGE, libc::PROT_NONE) != 0 {
+        libc::munmap(p, PAGE + HELPER_STACK);
+        return std::ptr::null_mut();
+    }
+    (p as *mut u8).add(PAGE) as *mut c_void
+}
 
 /// Anonymous memory for the agent alone. Marked (MADV_DONTDUMP, and named where the kernel
 /// allows) so the kernel never merges it with a neighbouring mapping of the program:
