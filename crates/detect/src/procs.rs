@@ -140,9 +140,19 @@ pub fn ticks_per_second() -> f64 {
     }
 }
 
-/// CPU seconds this process (huddle itself) has used.
+/// CPU seconds this process (huddle itself) has used, all its threads, to the nanosecond:
+/// /proc/self/stat counts clock ticks (10 ms), and huddle's CPU over a short run is often
+/// less than one (run.json said 0.0).
 pub fn own_cpu_seconds() -> f64 {
-    read_stat(Path::new("/proc/self/stat")).map_or(0.0, |s| s.cpu_ticks as f64 / ticks_per_second())
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for clock_gettime.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// The real, effective and saved user and group ids of a /proc/PID/status text.
@@ -182,6 +192,18 @@ pub fn ours(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_cpu_time_has_a_finer_grain_than_clock_ticks() {
+        // Spin until 2 ms of CPU show: with tick accounting the first step seen is 10 ms.
+        let start = own_cpu_seconds();
+        let wall = std::time::Instant::now();
+        let mut delta = 0.0;
+        while delta < 0.002 && wall.elapsed().as_secs() < 5 {
+            delta = own_cpu_seconds() - start;
+        }
+        assert!((0.002..0.009).contains(&delta), "{delta}");
+    }
 
     #[test]
     fn stat_lines_with_odd_commands_parse() {
