@@ -9,10 +9,10 @@
 //! reused pid is no claim) and the kernel CPUs its busy tasks are pinned on (renewed at each
 //! decision, so a task that went idle gives its CPU back). Before a decision a manager reads
 //! the other files and leaves their CPUs out; where fewer CPUs remain than it has busy tasks
-//! it pins nothing for a while (others' busy tasks may go idle), then decides on all CPUs. The decision, the pinning and the new claim are taken
-//! under an flock on the directory's lock file, so two managers deciding at once do not take
-//! the same CPUs. The last manager to leave removes the directory (and the files of managers
-//! that were killed).
+//! it pins nothing for a while (others' busy tasks may go idle), then decides on all CPUs.
+//! The decision, the pinning and the new claim are taken under an flock on the directory's
+//! lock file, so two managers deciding at once do not take the same CPUs. The last manager
+//! to leave removes the directory (and the files of managers that were killed).
 
 use mapping::Target;
 use std::collections::BTreeSet;
