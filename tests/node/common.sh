@@ -169,7 +169,10 @@ for host, pairs in want.items():
     at = {r: pu.get(i) for r, i in ranks.items()}
     (a, b), (c, e) = pairs
     if None in at.values():
-        bad.append(f"{host}: ranks never pinned: {at}")
+        # Why not: the loop's notes (claims, too few CPUs) and what the last ticks decided.
+        last = "; ".join(f"{d.get('t', 0):.2f} s {d.get('action')}: {d.get('reason', '')}" for d in decisions[-3:])
+        bad.append(f"{host}: ranks never pinned: {at}; notes: {run.get('notes')}; "
+                   f"{len(decisions)} decisions, the last: {last or 'none'}; run {run.get('duration_s')} s")
     elif not (at[a] == at[b] and at[c] == at[e] and at[a] != at[c]):
         bad.append(f"{host}: final PUs {at}, wanted {a},{b} on one PU and {c},{e} on the other")
     else:

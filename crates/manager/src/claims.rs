@@ -9,7 +9,9 @@
 //! reused pid is no claim) and the kernel CPUs its busy tasks are pinned on (renewed at each
 //! decision, so a task that went idle gives its CPU back). Before a decision a manager reads
 //! the other files and leaves their CPUs out; where fewer CPUs remain than it has busy tasks
-//! it pins nothing for a while (others' busy tasks may go idle), then decides on all CPUs.
+//! it pins nothing for a while (others' busy tasks may go idle), then decides on all CPUs;
+//! where it has more busy tasks than the machine has CPUs, no wait can help, and it decides on
+//! all CPUs at once.
 //! The decision, the pinning and the new claim are taken under an flock on the directory's
 //! lock file, so two managers deciding at once do not take the same CPUs. The last manager
 //! to leave removes the directory (and the files of managers that were killed).
@@ -47,6 +49,11 @@ pub enum Narrowed {
     /// others' CPUs, two programs' busy tasks would share PUs, which the scheduler avoids
     /// while they float (the run loop waits a while before it decides on all CPUs).
     TooFew(String),
+    /// This manager has more busy tasks than the target has CPUs (oversubscribed by itself, as
+    /// the tests' namespace hosts on 2 PUs are): no CPUs others give back would spare its
+    /// tasks sharing PUs, so the decision is made on the whole target at once; a line for the
+    /// report.
+    Oversubscribed(String),
 }
 
 /// Holds the directory's lock until dropped (closing the file releases the flock).
@@ -175,6 +182,10 @@ impl Claims {
             LeftOut::TooFew(left) => Narrowed::TooFew(format!(
                 "{whose}: {left} CPUs were left for {needed} busy tasks"
             )),
+            LeftOut::Oversubscribed(all) => Narrowed::Oversubscribed(format!(
+                "{whose}: {needed} busy tasks are more than all {all} CPUs, so decisions used \
+                 all CPUs at once"
+            )),
         }
     }
 
@@ -233,10 +244,13 @@ pub enum LeftOut {
     Kept(Target),
     /// Only this many PUs remain, fewer than the tasks needed.
     TooFew(usize),
+    /// Some PUs are taken, but the tasks needed are more than all of the target's PUs (this
+    /// many): leaving out would not spare them sharing.
+    Oversubscribed(usize),
 }
 
 /// `target` without the PUs of kernel CPUs in `taken`, when at least `needed` allowed PUs
-/// remain.
+/// remain and `needed` fits on the whole target.
 pub fn leave_out(target: &Target, taken: &BTreeSet<u32>, needed: usize) -> LeftOut {
     let keep: Vec<_> = target
         .allowed_slots()
@@ -245,6 +259,10 @@ pub fn leave_out(target: &Target, taken: &BTreeSet<u32>, needed: usize) -> LeftO
         .collect();
     if keep.len() == target.allowed_slots().len() {
         return LeftOut::Nothing;
+    }
+    let all = target.allowed_slots().len();
+    if needed > all {
+        return LeftOut::Oversubscribed(all);
     }
     if keep.len() < needed.max(1) {
         return LeftOut::TooFew(keep.len());
@@ -381,6 +399,11 @@ mod tests {
         assert_eq!(os, vec![4, 5, 6, 7]);
         // Too few left for 5 tasks.
         assert!(matches!(leave_out(&target, &taken, 5), LeftOut::TooFew(4)));
+        // More tasks than the whole target has PUs: no waiting helps.
+        assert!(matches!(
+            leave_out(&target, &taken, 9),
+            LeftOut::Oversubscribed(8)
+        ));
         // Nothing taken, or only CPUs the target does not allow: the whole target.
         assert!(matches!(
             leave_out(&target, &BTreeSet::new(), 1),

@@ -136,6 +136,15 @@ impl Decider {
         let cost_new = mapping::cost::evaluate_matrix(live.matrix, target, &proposal.slots).cost;
         let gain = (cost_now - cost_new) / cost_now.max(1e-12);
         let current_os = target.os_cpus(live.current);
+        // The mapping in force, for the controller: a floating task's CPU of the moment is
+        // none (the scheduler moves it on), so a proposal that only matches where floating
+        // tasks happen to run is not "already live".
+        let in_force: Vec<OsCpu> = live
+            .masks
+            .iter()
+            .zip(&current_os)
+            .map(|(m, &cpu)| if m.len() == 1 { cpu } else { FLOATING })
+            .collect();
         let proposed_os = target.os_cpus(&proposal.slots);
         let interval_ms = self.controller.interval_ms;
         // The previous proposal, costed on this matrix (same tasks only).
@@ -160,7 +169,7 @@ impl Decider {
                 live.tasks.len().div_ceil(pus.max(1)),
                 proposal.reason
             );
-            self.controller.accept(t, &current_os);
+            self.controller.accept(t, &in_force);
             Verdict::Migrate { gain }
         } else if let Some(slot) = pinned_outside(live.masks, target) {
             // Also a repair: the PU is another huddle manager's now (crate::claims), and
@@ -171,7 +180,7 @@ impl Decider {
                 target.os_cpu(Slot(slot)),
                 proposal.reason
             );
-            self.controller.accept(t, &current_os);
+            self.controller.accept(t, &in_force);
             Verdict::Migrate { gain }
         } else if !proposal.self_judged
             && cost_new <= cost_now * (1.0 + 1e-9)
@@ -186,12 +195,12 @@ impl Decider {
                 live.tasks.len(),
                 proposal.reason
             );
-            self.controller.accept(t, &current_os);
+            self.controller.accept(t, &in_force);
             Verdict::Migrate { gain }
         } else if !proposal.self_judged {
             self.controller.decide(
                 t,
-                &current_os,
+                &in_force,
                 cost_now,
                 &proposed_os,
                 cost_new,
@@ -211,7 +220,7 @@ impl Decider {
                 reason: "the policy's placement is already live".into(),
             }
         } else {
-            self.controller.accept(t, &current_os);
+            self.controller.accept(t, &in_force);
             Verdict::Migrate { gain }
         };
         let (migrate, gain, reason) = match verdict {
@@ -232,6 +241,9 @@ impl Decider {
         }
     }
 }
+
+/// No kernel CPU: what a floating task is mapped to in the mapping in force.
+const FLOATING: OsCpu = OsCpu(u32::MAX);
 
 /// The slot of the first task pinned to one PU that `target` does not allow.
 fn pinned_outside(masks: &[Vec<usize>], target: &Target) -> Option<usize> {
@@ -426,6 +438,38 @@ mod tests {
         assert_eq!(l2(second.slots[0]), l2(second.slots[2]), "{second:?}");
         assert_eq!(l2(second.slots[1]), l2(second.slots[3]), "{second:?}");
         assert_eq!(second.current_os, [0, 1, 2, 3].map(OsCpu));
+    }
+
+    /// Four floating tasks on two PUs that happen to run where the proposal puts them
+    /// (partners together): that is no placement in force, so the confirmed proposal is
+    /// taken, not kept as "already live" (a node manager of the tests' 2-PU namespace hosts
+    /// kept its ranks floating for a whole job so).
+    #[test]
+    fn floating_tasks_where_the_proposal_puts_them_are_still_pinned() {
+        let target = Target::machine(Machine::from_synthetic("pack:1 core:2 pu:1").unwrap());
+        let (t, m) = (tasks(4), two_pairs(100.0));
+        let masks = vec![vec![0, 1]; 4];
+        let mut d = comm();
+        let apart = Live {
+            matrix: &m,
+            tasks: &t,
+            current: &[0, 0, 1, 1],
+            masks: &masks,
+        };
+        let Outcome::Judged(first) = d.decide(0.1, &target, &apart) else {
+            panic!("a proposal");
+        };
+        assert!(!first.migrate, "waits for confirmation: {first:?}");
+        assert_eq!(first.slots[0], first.slots[2], "{first:?}");
+        let together = Live {
+            current: &first.slots,
+            ..apart
+        };
+        let Outcome::Judged(second) = d.decide(0.2, &target, &together) else {
+            panic!("a proposal");
+        };
+        assert!(second.migrate, "{second:?}");
+        assert_eq!(second.slots, first.slots);
     }
 
     /// The `comm` policy's first judged choice for tasks pinned one PU each at `current`.

@@ -68,8 +68,8 @@ pub struct Config {
 
 /// How long a manager pins nothing while other managers' claims leave fewer CPUs than it has
 /// busy tasks. Longer, and the machine is oversubscribed for good (two jobs of more busy tasks
-/// than CPUs, the namespace hosts of the tests on 2 PUs): tasks share PUs whatever is done,
-/// and partners sharing one is the best left, so the decision is made on all CPUs.
+/// together than CPUs): tasks share PUs whatever is done, and partners sharing one is the best
+/// left, so the decision is made on all CPUs.
 const TOO_FEW_WAIT_S: f64 = 1.0;
 
 /// The kernel CPUs of the tasks pinned to one PU (`masks`: each task's allowed slots).
@@ -102,6 +102,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
     // Said once in the report: when other managers' CPUs were first left out.
     let mut claims_note = None;
     let mut too_few_note = None;
+    let mut oversubscribed_note = None;
     let mut too_few_since = None;
     let exit = loop {
         let interval_ms = decider.controller.interval_ms;
@@ -156,6 +157,11 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
                     });
                     let since = *too_few_since.get_or_insert(t);
                     too_few = t - since < TOO_FEW_WAIT_S;
+                }
+                Narrowed::Oversubscribed(note) => {
+                    too_few_since = None;
+                    oversubscribed_note
+                        .get_or_insert_with(|| format!("{note} (first at {t:.2} s)"));
                 }
             }
         }
@@ -235,6 +241,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
             notes.extend(decider.policy.notes());
             notes.extend(claims_note);
             notes.extend(too_few_note);
+            notes.extend(oversubscribed_note);
             notes
         },
     };
@@ -658,6 +665,30 @@ mod tests {
         };
         assert_eq!(pinned_after(0.5), vec![pus.len(); 2]);
         assert_eq!(pinned_after(1.6), vec![1; 2]);
+        // More busy tasks than the machine has CPUs: no CPU given back would spare them
+        // sharing, so they are pinned on all CPUs without the wait.
+        let n = pus.len() + 1;
+        let mut obs = Fixed::new(spinners(n), CommMatrix::zeros(n));
+        let mut cfg = comm_config(0.5);
+        cfg.policy = crate::policy::parse("static:compact", 2, None).unwrap();
+        cfg.claims = Some(crate::claims::Claims::open(&dir).unwrap());
+        let data = manage(&mut obs, &Target::machine(machine.clone()), cfg);
+        for c in &obs.children {
+            assert_eq!(
+                actuate::get_affinity(c.id()).unwrap().iter().count(),
+                1,
+                "{:?}",
+                data.info.notes
+            );
+        }
+        assert!(
+            data.info.notes.iter().any(|note| note.contains(&format!(
+                "{n} busy tasks are more than all {} CPUs",
+                pus.len()
+            ))),
+            "{:?}",
+            data.info.notes
+        );
         other.kill().unwrap();
         other.wait().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
