@@ -68,6 +68,19 @@ impl Budget {
         }
     }
 
+    /// One line for the report: the floors and the boosts.
+    pub fn summary(&self) -> String {
+        format!(
+            "re-arm floor: {} pages/s for the first {:.1} s, then {}, raised back for {:.1} s \
+             after each of {} pattern changes",
+            self.high,
+            START_NS as f64 / 1e9,
+            self.low,
+            BOOST_NS as f64 / 1e9,
+            self.boosts
+        )
+    }
+
     /// One communication event between tasks `a` and `b`.
     pub fn event(&mut self, a: usize, b: usize) {
         let (a, b) = (a.min(b), a.max(b));
@@ -190,6 +203,12 @@ mod tests {
             *f.last().unwrap(),
             75,
             "the new pattern is the trend by now: {f:?}"
+        );
+        assert!(
+            b.summary()
+                .ends_with("then 75, raised back for 1.0 s after each of 1 pattern changes"),
+            "{}",
+            b.summary()
         );
     }
 

@@ -1344,6 +1344,7 @@ impl Session {
             })
             .collect();
         v.sort();
+        v.extend(self.budget.as_ref().map(Budget::summary));
         v
     }
 }
