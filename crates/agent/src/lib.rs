@@ -89,7 +89,7 @@
 use agent_abi::env as agent_env;
 use agent_abi::ring::{self, RingView};
 use libc::{c_int, c_ulong, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 mod adopt;
 mod busy;
@@ -147,8 +147,10 @@ const FOCUS_PER_TICK: usize = 64;
 /// within a few milliseconds, and at one step per 50-ms tick (16 pages a wake at the
 /// 300 pages/s floor) the ten steps to a block edge took half a second (layout-c halo).
 const FOCUS_TICK_NS: u64 = 10_000_000;
-/// Pages zero-filled at a first touch (see zero_fill).
+/// Pages zero-filled at a first touch (see zero_fill), and at most, where a stream goes on in
+/// order (2 MiB).
 const ZERO_AHEAD: usize = 16;
+const FILL_MAX: usize = 512;
 /// A dropped page nobody touched within this time is put back. Short, because pages of a
 /// finished phase would otherwise hold the slots and starve the re-arming of the new
 /// phase's pages.
@@ -260,6 +262,22 @@ static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
 /// present that the re-arm thread's index lacks (a new phase's memory; without this it
 /// waited for the next scan, up to a second, re-arming only pages no longer used).
 static FIRST_TOUCHES: AtomicU64 = AtomicU64::new(0);
+/// The last FILLS first-touch fills: where each ended (a first touch there is a stream of
+/// the program filling fresh memory in order: a master initialising three arrays in one loop
+/// is three), and how many pages its stream's next fill gets; a new stream takes the slot at
+/// FILL_CURSOR (see zero_fill; the fault thread's only).
+struct Fill {
+    end: AtomicU64,
+    next: AtomicUsize,
+}
+const FILLS: usize = 64;
+static FILL: [Fill; FILLS] = [const {
+    Fill {
+        end: AtomicU64::new(0),
+        next: AtomicUsize::new(ZERO_AHEAD),
+    }
+}; FILLS];
+static FILL_CURSOR: AtomicUsize = AtomicUsize::new(0);
 /// Our userfaultfd offers UFFDIO_MOVE.
 static UFFD_CAN_MOVE: AtomicBool = AtomicBool::new(false);
 

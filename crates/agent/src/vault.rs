@@ -39,10 +39,18 @@ pub(super) unsafe fn restore(st: &mut State, i: usize) -> bool {
     true
 }
 
-/// First touch of `page` in registered memory: zero pages for it and the next ones up to
-/// ZERO_AHEAD (stopping before any saved page), so that a program filling fresh memory
-/// comes to the fault thread once per ZERO_AHEAD pages, not once per page. Falls back to
-/// the one page when the range leaves the mapping. False on EAGAIN (retry).
+/// First touch of `page` in registered memory. Each first touch costs
+/// the program a round trip to the fault thread: about 50 us on the 2-core KVM guest, where
+/// the helper waits on an idle vCPU that must be woken (a program writing 50,000 fresh pages
+/// in order took 3.7-5.6 us a page under the agent, against 1.9 with perf alone). So a
+/// first touch maps the zero page for more than its page: ZERO_AHEAD pages, and where a
+/// stream goes on in order (a first touch where one of the last FILLS fills ended) each fill
+/// doubles, up to FILL_MAX pages, as readahead does. The zero page takes no memory, and a
+/// write to it is the program's own copy-on-write fault, which the kernel resolves in the
+/// writing thread: its page comes from that thread's NUMA node, as a first touch's would (a
+/// page of our own, UFFDIO_COPY, would come from the fault thread's). No fill reaches a
+/// saved page; where the range leaves the mapping it falls back to the one page. False on
+/// EAGAIN (retry).
 pub(super) unsafe fn zero_fill(st: &State, page: u64) -> bool {
     let saved_ahead = st
         .saved
@@ -51,7 +59,12 @@ pub(super) unsafe fn zero_fill(st: &State, page: u64) -> bool {
         .map(|x| x.addr)
         .min()
         .unwrap_or(u64::MAX);
-    let end = (page + (ZERO_AHEAD * PAGE) as u64).min(saved_ahead);
+    let stream = FILL
+        .iter()
+        .position(|f| f.end.load(Ordering::Relaxed) == page);
+    let slot = &FILL[stream.unwrap_or_else(|| FILL_CURSOR.fetch_add(1, Ordering::Relaxed) % FILLS)];
+    let (pages, next) = fill_size(stream.is_some(), slot.next.load(Ordering::Relaxed));
+    let end = (page + (pages * PAGE) as u64).min(saved_ahead);
     for len in [end - page, PAGE as u64] {
         let mut z = UffdioZeropage {
             range: UffdioRange { start: page, len },
@@ -59,6 +72,8 @@ pub(super) unsafe fn zero_fill(st: &State, page: u64) -> bool {
             zeropage: 0,
         };
         if uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) == 0 {
+            slot.end.store(page + len, Ordering::Relaxed);
+            slot.next.store(next, Ordering::Relaxed);
             return true;
         }
         match errno() {
@@ -69,6 +84,16 @@ pub(super) unsafe fn zero_fill(st: &State, page: u64) -> bool {
         }
     }
     true
+}
+
+/// Pages a first touch fills (see zero_fill), and what the stream's next one in order gets:
+/// `next` in order (doubling up to FILL_MAX), else ZERO_AHEAD.
+fn fill_size(in_order: bool, next: usize) -> (usize, usize) {
+    if in_order {
+        (next, (next * 2).min(FILL_MAX))
+    } else {
+        (ZERO_AHEAD, (ZERO_AHEAD * 2).min(FILL_MAX))
+    }
 }
 
 /// UFFDIO_COPY of one page from `src` to `dst`; true when done (or already there).
@@ -184,6 +209,20 @@ pub(super) unsafe fn open_vault(st: *mut State) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fill_doubles_while_a_stream_goes_on_in_order() {
+        // Out of order: ZERO_AHEAD; then in order: 32, 64, ... up to FILL_MAX.
+        let (mut pages, mut next) = fill_size(false, 7);
+        let mut seen = vec![pages];
+        for _ in 0..7 {
+            (pages, next) = fill_size(true, next);
+            seen.push(pages);
+        }
+        assert_eq!(seen, [16, 32, 64, 128, 256, 512, 512, 512]);
+        // Out of order again: back to the start.
+        assert_eq!(fill_size(false, next), (ZERO_AHEAD, 2 * ZERO_AHEAD));
+    }
 
     #[test]
     fn discarded_ranges_are_quarantined_and_overwriting_a_fresh_one_holds_everything() {
