@@ -67,10 +67,22 @@ pub struct Config {
 }
 
 /// How long a manager pins nothing while other managers' claims leave fewer CPUs than it has
-/// busy tasks. Longer, and the machine is oversubscribed for good (two jobs of more busy tasks
+/// busy tasks, none of them pinned yet. Longer, and the machine is oversubscribed for good (two jobs of more busy tasks
 /// together than CPUs): tasks share PUs whatever is done, and partners sharing one is the best
-/// left, so the decision is made on all CPUs.
+/// left, so the decision is made on the manager's share of the CPUs ([`crate::claims::share`]).
 const TOO_FEW_WAIT_S: f64 = 1.0;
+
+/// The report's line on the first share of the CPUs a manager decided on (crate::claims).
+fn share_line(share: &Target, t: f64) -> String {
+    let cpus: Vec<String> = (share.allowed_slots().iter())
+        .map(|&s| share.os_cpu(s).0.to_string())
+        .collect();
+    format!(
+        "its share: CPUs {}, as many as its part of all busy tasks on the machine, those with \
+         the fewest of the others' (first at {t:.2} s)",
+        cpus.join(",")
+    )
+}
 
 /// The kernel CPUs of the tasks pinned to one PU (`masks`: each task's allowed slots).
 fn pinned_pus(target: &Target, masks: &[Vec<usize>]) -> Vec<topology::OsCpu> {
@@ -102,6 +114,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
     // Said once in the report: when other managers' CPUs were first left out.
     let mut claims_note = None;
     let mut too_few_note = None;
+    let mut share_note = None;
     let mut oversubscribed_note = None;
     let mut too_few_since = None;
     let exit = loop {
@@ -148,20 +161,31 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
                     claims_note.get_or_insert_with(|| format!("{note} (first at {t:.2} s)"));
                     narrowed = Some(t_narrowed);
                 }
-                Narrowed::TooFew(note) => {
+                Narrowed::TooFew(note, share) => {
                     too_few_note.get_or_insert_with(|| {
                         format!(
-                            "{note}: none was pinned for up to {TOO_FEW_WAIT_S} s, then all \
-                             CPUs were used (first at {t:.2} s)"
+                            "{note}: none was pinned for up to {TOO_FEW_WAIT_S} s, then on this \
+                             manager's share of the CPUs (first at {t:.2} s)"
                         )
                     });
                     let since = *too_few_since.get_or_insert(t);
-                    too_few = t - since < TOO_FEW_WAIT_S;
+                    // The wait spares floating tasks being pinned beside the others'; tasks
+                    // this manager pinned already sit there, or on a PU of their own, and
+                    // gain nothing from it (four hosts' managers each left both ranks on PU 0
+                    // for the second: bench/node, 2026-11-27).
+                    let pinned = sampled.masks.iter().any(|m| m.len() == 1);
+                    too_few = !pinned && t - since < TOO_FEW_WAIT_S;
+                    if !too_few {
+                        share_note.get_or_insert_with(|| share_line(&share, t));
+                        narrowed = Some(share);
+                    }
                 }
-                Narrowed::Oversubscribed(note) => {
+                Narrowed::Oversubscribed(note, share) => {
                     too_few_since = None;
                     oversubscribed_note
                         .get_or_insert_with(|| format!("{note} (first at {t:.2} s)"));
+                    share_note.get_or_insert_with(|| share_line(&share, t));
+                    narrowed = Some(share);
                 }
             }
         }
@@ -241,6 +265,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
             notes.extend(decider.policy.notes());
             notes.extend(claims_note);
             notes.extend(too_few_note);
+            notes.extend(share_note);
             notes.extend(oversubscribed_note);
             notes
         },
@@ -642,17 +667,18 @@ mod tests {
         assert!(dir.join(other.id().to_string()).exists());
         // Two busy tasks and one CPU left: pinning them would stack one onto the other
         // manager's CPU, so neither is pinned for a second, and the report says why; after
-        // that the machine counts as oversubscribed and they are pinned on all CPUs.
+        // that the machine counts as oversubscribed for good and they are pinned on this
+        // manager's share: 2 of the 3 busy tasks on 2 PUs make one PU, the free one.
         let pinned_after = |seconds: f64| {
             let mut obs = Fixed::new(spinners(2), CommMatrix::zeros(2));
             let mut cfg = comm_config(seconds);
             cfg.policy = crate::policy::parse("static:compact", 2, None).unwrap();
             cfg.claims = Some(crate::claims::Claims::open(&dir).unwrap());
             let data = manage(&mut obs, &Target::machine(machine.clone()), cfg);
-            let masks: Vec<usize> = obs
+            let masks: Vec<Vec<u32>> = obs
                 .children
                 .iter()
-                .map(|c| actuate::get_affinity(c.id()).unwrap().iter().count())
+                .map(|c| actuate::get_affinity(c.id()).unwrap().iter().collect())
                 .collect();
             let waited = data.info.notes.iter().any(|n| {
                 n.contains(&format!(
@@ -663,8 +689,8 @@ mod tests {
             assert!(waited, "{:?}", data.info.notes);
             masks
         };
-        assert_eq!(pinned_after(0.5), vec![pus.len(); 2]);
-        assert_eq!(pinned_after(1.6), vec![1; 2]);
+        assert_eq!(pinned_after(0.5), vec![pus.clone(); 2]);
+        assert_eq!(pinned_after(1.6), vec![vec![pus[1]]; 2]);
         // More busy tasks than the machine has CPUs: no CPU given back would spare them
         // sharing, so they are pinned on all CPUs without the wait.
         let n = pus.len() + 1;
