@@ -30,7 +30,9 @@
 #     script runs two steps at the same time (`srun --exact ... &`), each with one rank per
 #     node, which Slurm binds to a CPU of the step's own: each node then has two node
 #     managers unaware of each other, and each must keep to its own step's CPU (run.json's
-#     allowed_pus: one PU each, not the same), with both steps' output unchanged.
+#     allowed_pus: one PU each, not the same), with both steps' output unchanged. Then the
+#     same under task/cgroup (with proctrack/cgroup, ConstrainCores=yes): each step's CPU is
+#     its cpuset cgroup's, not a binding of Slurm's.
 #  3. A batch script (`sbatch --wait -N 2 -n 8`) with two srun steps that set the variables by
 #     hand with HUDDLE_NODE_REPORT=DIR/job-%j/step-%s: each step's node managers report into
 #     their own DIR/job-JOB/step-0 and step-1 (made with their parent), both nodes each, the
@@ -282,17 +284,32 @@ cgroup_run() {
 slurm_dirs=$slurm_dir
 cgroup_run
 
-# 6. task/affinity: two steps at once on each node.
-affinity_run() {
-  local rep=$tmp/concurrent rc s h bad= pus left
+# 6. task/affinity, then task/cgroup (each step's cpuset cgroup): two steps at once on each
+# node, each step's manager kept to its step's CPUs.
+two_steps_run() { # PLUGIN (affinity or cgroup)
+  local plugin=$1 rep=$tmp/concurrent-$1 rc s h bad= pus left cpuset=
   local vars="ALL,LD_PRELOAD=$lib,HUDDLE_NODE=1,HUDDLE_BIN=$huddle,HUDDLE_RANK_MATRIX=none"
   local step=("${launcher[@]:0:${#launcher[@]}-4}" --exact -N 2 -n 2)
   local two=("$tmp/pairs" 2 "$ITERS" "$BYTES")
   sl_down
-  SL_TASK=affinity SL_CPUS=2 sl_up || { fail "cannot start Slurm with task/affinity (see above)"; return; }
+  if [ "$plugin" = cgroup ]; then
+    SL_TASK=cgroup SL_PROCTRACK=cgroup SL_CONSTRAIN_CORES=yes SL_CPUS=2 sl_up ||
+      { fail "cannot start Slurm with task/cgroup (see above)"; return; }
+  else
+    SL_TASK=affinity SL_CPUS=2 sl_up || { fail "cannot start Slurm with task/affinity (see above)"; return; }
+  fi
   slurm_dirs+=" $SL_DIR"
+  if [ "$plugin" = cgroup ]; then
+    # A step's task is confined by a cpuset cgroup of the step holding one CPU.
+    cpuset=$(srun --exact -N 1 -n 1 sh -c 'p=$(grep -m1 ":cpuset:" /proc/self/cgroup | cut -d: -f3);
+      echo "$p $(cat "/sys/fs/cgroup/cpuset$p/cpuset.cpus")"' 2>&1)
+    if ! [[ $cpuset =~ job_[0-9]+/step_[0-9]+(/task_[0-9]+)?\ [0-9]+$ ]]; then
+      fail "task/cgroup: a step's task is in no one-CPU cpuset cgroup of its step: $cpuset"
+      return
+    fi
+  fi
   timeout -k 5 120 "${step[@]}" "${two[@]}" >"$tmp/two-plain.out" 2>"$tmp/two-plain.err" ||
-    { fail "task/affinity: the 2-rank job without huddle failed: $(tail -2 "$tmp/two-plain.err" | tr '\n' ' ')"; return; }
+    { fail "task/$plugin: the 2-rank job without huddle failed: $(tail -2 "$tmp/two-plain.err" | tr '\n' ' ')"; return; }
   {
     echo '#!/bin/sh'
     for s in 0 1; do
@@ -321,16 +338,17 @@ EOF
     fi
   done
   if [ $rc -eq 0 ] && [ -z "$bad" ]; then
-    pass "task/affinity, two steps at once: both outputs unchanged, each node's two managers ran at the same time and kept to their own step's PU (hA: ${pus_of[hA]}; hB: ${pus_of[hB]})"
+    pass "task/$plugin, two steps at once: both outputs unchanged, each node's two managers ran at the same time and kept to their own step's PU (hA: ${pus_of[hA]}; hB: ${pus_of[hB]})${cpuset:+; cpuset cgroup and CPUs of a task: $cpuset}"
   else
-    fail "task/affinity, two steps at once: rc $rc,$bad $(tail -2 "$tmp/two-batch.err" "$tmp/two-batch.log" 2>/dev/null | tr '\n' ' ')"
+    fail "task/$plugin, two steps at once: rc $rc,$bad $(tail -2 "$tmp/two-batch.err" "$tmp/two-batch.log" 2>/dev/null | tr '\n' ' ')"
   fi
   no_node_managers 10
   left=$(leftovers "$rep/step-0"; leftovers "$rep/step-1")
   [ -z "$left" ] || fail "left behind after the two steps: $(echo "$left" | tr '\n' ' ')"
 }
 declare -A pus_of
-affinity_run
+two_steps_run affinity
+two_steps_run cgroup
 
 # Slurm is gone with the test's hosts: no daemon, step or rank of it, no file of it.
 sl_down

@@ -10,7 +10,9 @@
 # Choices for a VM: proctrack/linuxproc (SL_PROCTRACK=cgroup: proctrack/cgroup, each step's
 # processes in a freezer cgroup of their own under slurm_HOST, removed by sl_down) and
 # task/none (tasks inherit slurmd's CPU mask, the node managers pin them; SL_TASK=affinity:
-# task/affinity, Slurm binds each task, which needs SL_CPUS no more than the machine has), no accounting, select/cons_tres with 4 CPUs per node
+# task/affinity, Slurm binds each task, which needs SL_CPUS no more than the machine has;
+# SL_TASK=cgroup with SL_PROCTRACK=cgroup and SL_CONSTRAIN_CORES=yes: task/cgroup, each step's
+# tasks in a cpuset cgroup of its CPUs), no accounting, select/cons_tres with 4 CPUs per node
 # declared (SlurmdParameters=config_overrides: the namespace hosts share this machine's CPUs,
 # and a job of 8 ranks on 2 nodes must fit without --overcommit), MpiDefault=pmix (Open MPI
 # 4.1 of Debian starts under srun through PMIx), ports 16817/16818 (no clash with a real
@@ -113,8 +115,9 @@ $nodes
 PartitionName=test Nodes=$(echo $NH_HOSTS | tr ' ' ,) Default=YES MaxTime=10 State=UP OverSubscribe=NO
 EOF
     : >"$d/plugstack.conf"
-    # Read with proctrack/cgroup only: the plugin that fits the machine's cgroups, no limits.
-    printf 'CgroupPlugin=autodetect\nConstrainCores=no\nConstrainRAMSpace=no\n' >"$d/cgroup.conf"
+    # Read with proctrack/cgroup and task/cgroup only: the plugin that fits the machine's
+    # cgroups, no memory limit, CPUs confined with SL_CONSTRAIN_CORES=yes.
+    printf 'CgroupPlugin=autodetect\nConstrainCores=%s\nConstrainRAMSpace=no\n' "${SL_CONSTRAIN_CORES:-no}" >"$d/cgroup.conf"
     export SLURM_CONF=$d/slurm.conf
     munged --force --socket="$d/munge/sock" --key-file="$d/munge/munge.key" --pid-file="$d/munge/munged.pid" \
         --seed-file="$d/munge/seed" --log-file="$d/munge/log" >/dev/null 2>&1 &&
