@@ -288,12 +288,12 @@ pub fn leave_out(target: &Target, taken: &Taken, needed: usize) -> LeftOut {
 /// over more would (its tasks spread evenly over the share), or one task heavier where every
 /// PU holds others' tasks already. Tasks share PUs whatever is done then; what is left to
 /// choose is whom they share with, and a manager that spreads its own over every PU puts each
-/// of its partners beside other programs' tasks instead of beside each other. Without the one
-/// task of slack, four managers of 2 ranks on 2 PUs that had each split their pair kept it
-/// split (each one's pair on one PU would make that PU 5 tasks against 4). Four namespace hosts of 2 ranks on 2 PUs, each manager deciding on all CPUs, ran
-/// 0.75 of plain (bench/node, 2026-11-27 04:16 UTC); the same 8 ranks on one host with each
-/// pair bound to one PU ran 2.79-2.85 s, against 2.93-4.65 s with each pair split over both
-/// PUs and 2.87-4.11 s floating (3 rounds each, Open MPI, 2026-11-27).
+/// of its partners beside other programs' tasks instead of beside each other: four namespace
+/// hosts of 2 ranks on 2 PUs, each manager deciding on all CPUs, ran 0.75 of plain (bench/node,
+/// 2026-11-27 04:16 UTC), and the same 8 ranks on one host ran 2.79-2.85 s with each pair bound
+/// to one PU, 2.93-4.65 s with each pair split over both and 2.87-4.11 s floating (3 rounds
+/// each, Open MPI, 2026-11-27). Without the one task of slack, four such managers that had
+/// each split their pair kept it split (a pair on one PU would make it 5 tasks against 4).
 pub fn share(target: &Target, taken: &Taken, needed: usize) -> Target {
     let others_on = |s: &Slot| taken.get(&target.os_cpu(*s).0).copied().unwrap_or(0);
     let mut least_used = target.allowed_slots();

@@ -67,9 +67,10 @@ pub struct Config {
 }
 
 /// How long a manager pins nothing while other managers' claims leave fewer CPUs than it has
-/// busy tasks, none of them pinned yet. Longer, and the machine is oversubscribed for good (two jobs of more busy tasks
-/// together than CPUs): tasks share PUs whatever is done, and partners sharing one is the best
-/// left, so the decision is made on the manager's share of the CPUs ([`crate::claims::share`]).
+/// busy tasks, none of them pinned yet. Longer, and the machine is oversubscribed for good
+/// (two jobs of more busy tasks together than CPUs): tasks share PUs whatever is done, and
+/// partners sharing one is the best left, so the decision is made on the manager's share of
+/// the CPUs ([`crate::claims::share`]).
 const TOO_FEW_WAIT_S: f64 = 1.0;
 
 /// The report's line on the first share of the CPUs a manager decided on (crate::claims).
@@ -78,8 +79,8 @@ fn share_line(share: &Target, t: f64) -> String {
         .map(|&s| share.os_cpu(s).0.to_string())
         .collect();
     format!(
-        "its share: CPUs {}, as many as its part of all busy tasks on the machine, those with \
-         the fewest of the others' (first at {t:.2} s)",
+        "its share: CPUs {}, those with the fewest of the other managers' busy tasks, as few as \
+         keep the busiest PU light (first at {t:.2} s)",
         cpus.join(",")
     )
 }
@@ -668,7 +669,7 @@ mod tests {
         // Two busy tasks and one CPU left: pinning them would stack one onto the other
         // manager's CPU, so neither is pinned for a second, and the report says why; after
         // that the machine counts as oversubscribed for good and they are pinned on this
-        // manager's share: 2 of the 3 busy tasks on 2 PUs make one PU, the free one.
+        // manager's share: the free PU, where both make it no busier than spreading would.
         let pinned_after = |seconds: f64| {
             let mut obs = Fixed::new(spinners(2), CommMatrix::zeros(2));
             let mut cfg = comm_config(seconds);
