@@ -43,7 +43,9 @@ configs = {
 only = os.environ.get("ABLATE_ONLY")
 if only:
     words = [w.strip() for w in only.split(",") if w.strip()]  # an empty word would match all
-    configs = {k: v for k, v in configs.items() if k in ("os", "compact") or any(w in k for w in words)}
+    # "=NAME" selects the configuration of that name alone ("=huddle": not every "huddle ...").
+    picked = lambda k: any(k == w[1:] if w.startswith("=") else w in k for w in words)
+    configs = {k: v for k, v in configs.items() if k in ("os", "compact") or picked(k)}
 times = {k: [] for k in configs}
 for r in range(ROUNDS):
     order = list(configs) if r % 2 == 0 else list(reversed(configs))
@@ -58,13 +60,18 @@ for r in range(ROUNDS):
         # still leaves its runs.
         print(f"round {r} {name}: {times[name][-1]:.2f} s", file=sys.stderr, flush=True)
 cpu = {}
-for name, cmd in configs.items():
+# ABLATE_KEEP: a directory where each huddle configuration's report of that run is kept.
+keep = os.environ.get("ABLATE_KEEP")
+if keep:
+    os.makedirs(keep, exist_ok=True)
+for k, (name, cmd) in enumerate(configs.items()):
     if cmd[0] != HUDDLE:
         continue
     d = tempfile.mkdtemp()
-    cmd = cmd[:2] + ["--report", os.path.join(d, "rep")] + cmd[2:]
+    rep = os.path.join(keep, f"report-{k}") if keep else os.path.join(d, "rep")
+    cmd = cmd[:2] + ["--report", rep] + cmd[2:]
     if subprocess.run(cmd, cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
-        info = json.load(open(os.path.join(d, "rep", "run.json")))
+        info = json.load(open(os.path.join(rep, "run.json")))
         cpu[name] = (info.get("huddle_cpu_s"), info.get("agent_cpu_s"), info.get("target_cpu_s"))
 print(f"LAMMPS in.lj, {N} ranks, {STEPS} steps, {ROUNDS} rounds; time / OS time (median of rounds, then each round);"
       " huddle's own CPU and the agent's, from one more run with --report\n")
