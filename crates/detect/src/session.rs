@@ -1343,7 +1343,9 @@ impl Session {
                 format!("pid {}: {mode}", h.pid)
             })
             .collect();
+        // A process that execs has a ring per image under one pid: one line for both.
         v.sort();
+        v.dedup();
         v.extend(self.budget.as_ref().map(Budget::summary));
         v
     }
