@@ -36,6 +36,13 @@
 //! sides share anyway, and serving them first cost bench/detect's 32-thread pipeline and
 //! master-worker about 0.08 of r.
 //!
+//! A pair of tasks found late catches up: pairs found sharing are served in turns, but one
+//! found when the others have had many re-arms starts up to CATCH_UP re-arms behind the best
+//! served and has the turns until it is level. In plain turns the pairs found last kept a
+//! third to a fifth of the counts of those found first (layout-c and -f halo x8, snapshots
+//! at 2 and 4.5 s), and a manager that maps on the counts cut them (a first remap cutting
+//! two links of the chain, kept for the whole run).
+//!
 //! While searching and short of budget, pages found shared and the search take turns.
 //! The re-arm thread gives at most half of each tick's budget to due pages (three quarters
 //! while searching), the rest stays uniform, and wakes sooner while steps wait for their
@@ -65,6 +72,11 @@ const EDGE_RECHECK_NS: u64 = 1_000_000_000;
 /// second), and this many are remembered.
 const EDGE_REPROBE_NS: u64 = 10_000_000_000;
 const EDGES: usize = 64;
+/// Pairs whose re-arms are counted (see `served`), and the most re-arms a pair found late
+/// is behind the best-served one when it is first served: it catches up that many before
+/// the others have their turns again.
+const PAIRS: usize = 64;
+const CATCH_UP: u32 = 32;
 const PAGE: u64 = 4096;
 const SAME_TO_DEMOTE: u8 = 8;
 /// While searching, a page two tasks share leaves only when, besides SAME_TO_DEMOTE faults
@@ -185,6 +197,8 @@ pub struct Focus {
     /// Pages lately made edge probes, and when.
     edges: [(u64, u64); EDGES],
     edges_next: usize,
+    /// Re-arms of pages found shared, per pair of tasks (pair key, count; key 0: free).
+    served: [(u64, u32); PAIRS],
     /// Pages seen shared (two tasks or more) so far, and re-arms given to due pages.
     pub found_shared: u64,
     pub rearms: u64,
@@ -470,13 +484,23 @@ impl Focus {
             due[ndue] = (class, pair, key, e.due, k as u16);
             ndue += 1;
         }
-        // Rank within the pair (0 = its longest due page); serve by (class, rank, key, due).
+        // Rank within the pair (0 = its longest due page), behind by as many re-arms as the
+        // pair has had more than the least served pair due; serve by (class, rank, key, due).
         due[..ndue].sort_unstable();
+        let best = self.best_served();
+        let least = due[..ndue]
+            .iter()
+            .filter(|d| self.entries[d.4 as usize].ntids == 2)
+            .map(|d| self.served_of(d.1, best))
+            .min()
+            .unwrap_or(0);
         let mut order = [(0u8, 0u16, 0u64, 0u64, 0u16); ENTRIES];
         for i in 0..ndue {
             let (class, pair, key, at, k) = due[i];
             let rank = if i > 0 && (class, pair) == (due[i - 1].0, due[i - 1].1) {
                 order[i - 1].1 + 1
+            } else if self.entries[k as usize].ntids == 2 {
+                (self.served_of(pair, best) - least).min(u16::MAX as u32) as u16
             } else {
                 0
             };
@@ -489,6 +513,10 @@ impl Focus {
             order[..ndue].select_nth_unstable(n);
         }
         for (slot, &(_, _, _, _, k)) in out.iter_mut().zip(&order[..n]) {
+            if self.entries[k as usize].ntids == 2 {
+                let [a, b] = self.entries[k as usize].tids;
+                self.count_served(pair_key(a, b));
+            }
             let e = &mut self.entries[k as usize];
             *slot = e.page;
             e.armed = true;
@@ -529,6 +557,28 @@ impl Focus {
             self.search_lead = (self.search_lead + if take_found { -1 } else { 1 }).clamp(-2, 2);
         }
         order[..n].copy_from_slice(&picked[..n]);
+    }
+
+    /// Re-arms of pair `pair`'s pages found shared so far: a pair found late starts
+    /// CATCH_UP behind the best served one (so it is served first until it caught up) and
+    /// no further (or the others would wait for all of it).
+    fn served_of(&self, pair: u64, best: u32) -> u32 {
+        let mine = self.served.iter().find(|s| s.0 == pair).map_or(0, |s| s.1);
+        mine.max(best.saturating_sub(CATCH_UP))
+    }
+
+    fn best_served(&self) -> u32 {
+        self.served.iter().map(|s| s.1).max().unwrap_or(0)
+    }
+
+    fn count_served(&mut self, pair: u64) {
+        let start = self.served_of(pair, self.best_served());
+        if let Some(s) = self.served.iter_mut().find(|s| s.0 == pair) {
+            s.1 = start + 1;
+        } else if let Some(s) = self.served.iter_mut().min_by_key(|s| (s.0 != 0, s.1)) {
+            // A free slot, else the least served pair's (it is served first anyway).
+            *s = (pair, start + 1);
+        }
     }
 
     /// When the re-arm thread should look at the table next: when its next page not armed
@@ -594,6 +644,7 @@ mod tests {
             known_next: 0,
             edges: [(0, 0); EDGES],
             edges_next: 0,
+            served: [(0, 0); PAIRS],
             probes: Outcomes::default(),
             samples: 0,
             found_shared: 0,
@@ -1208,6 +1259,46 @@ mod tests {
         assert!(
             for_one * 3 >= for_many && for_one >= 10,
             "the one-page pair got {for_one} re-arms, the other {for_many}"
+        );
+    }
+
+    #[test]
+    fn a_pair_found_late_catches_up_on_re_arms_then_takes_turns() {
+        let mut f = spread_table();
+        const EARLY: u64 = 1 << 31;
+        const LATE: u64 = 2 << 31;
+        share(&mut f, &[EARLY], 1, 2, 0);
+        let mut out = [0u64; 1];
+        // Each page's two tasks take turns on it.
+        let mut turns = [0u32; 2];
+        let mut tick = |f: &mut Focus, t: u64| -> Option<u64> {
+            let now = 200 * MS + t * FOCUS_PERIOD_NS;
+            let n = f.take_due(now, &mut out);
+            let page = out[..n].first().copied();
+            if let Some(p) = page {
+                let k = (p == LATE) as usize;
+                turns[k] += 1;
+                f.fault(p, 1 + 2 * k as u32 + turns[k] % 2, now);
+            }
+            page
+        };
+        // The first pair alone for 60 ticks, then the second is found.
+        for t in 0..60 {
+            assert_eq!(tick(&mut f, t), Some(EARLY));
+        }
+        entry(&mut f, LATE, &[3, 4], 200 * MS + 60 * FOCUS_PERIOD_NS);
+        let late_of = |pages: &[Option<u64>]| pages.iter().filter(|&&p| p == Some(LATE)).count();
+        // It has every turn until it is as served as the other (less one or two a tie gives
+        // the other), then they take turns.
+        let first: Vec<_> = (61..61 + CATCH_UP as u64)
+            .map(|t| tick(&mut f, t))
+            .collect();
+        assert!(late_of(&first) + 2 >= CATCH_UP as usize, "{first:?}");
+        let then: Vec<_> = (100..140).map(|t| tick(&mut f, t)).collect();
+        let late = late_of(&then);
+        assert!(
+            (15..=25).contains(&late),
+            "in turns after: {late} of 40 to the late pair"
         );
     }
 }
