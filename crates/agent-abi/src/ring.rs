@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
 /// Layout version of [`Header`] and [`Record`]; the detector ignores rings of another one.
 /// Bump it whenever either changes.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 /// Ring files one process may create: its first, and one per program exec'd in it.
@@ -117,6 +117,11 @@ pub struct Header {
     pub focus_shared: AtomicU64,
     /// Re-arms the agent gave the pages of `focus_shared`.
     pub focus_rearms: AtomicU64,
+    /// Nonzero while the agent is dormant: it neither registers memory with userfaultfd
+    /// (so first touches take no round trip) nor re-arms. Set by the agent at creation from
+    /// `HUDDLE_AGENT_DORMANT`, then written by the detector (`huddle run` wakes it when the
+    /// matrix can change a placement).
+    pub dormant: AtomicU64,
 }
 
 /// A fault the agent resolved itself: task `tid` touched `addr` at `time` (CLOCK_MONOTONIC ns).

@@ -28,7 +28,9 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             // Threads-only and under two busy threads: nothing to re-arm, so no scan of the
             // maps and no index of present pages either (in an MPI rank those were most of
             // the agent's CPU: 0.05 s in a 4-s LAMMPS run of 4 ranks).
-            let idle = st.threads_only && st.threads.busy < 2;
+            // Dormant (the detector's word): the same, for every process.
+            let idle = (st.threads_only && st.threads.busy < 2)
+                || view.header().dormant.load(Ordering::Relaxed) != 0;
             // After the program changed its mappings; every 100 ms during the first second
             // (programs set up their memory then) and every second after; at every tick
             // during the first 100 ms while nothing is eligible yet. A scan whose maps text

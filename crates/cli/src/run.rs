@@ -79,6 +79,15 @@ pub struct Common {
     pub machine: crate::machine_args::MachineArgs,
 }
 
+/// `huddle run --watch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Watch {
+    /// Dormant while the matrix cannot change a placement.
+    Auto,
+    /// From the start.
+    Always,
+}
+
 #[derive(clap::Args)]
 #[command(
     long_about = "Launch a program and manage it online: detect which of its threads and \
@@ -92,7 +101,10 @@ pub struct Common {
     the last second (a main thread waiting for its workers) is left out of the mapping and \
     keeps its PUs, so that it takes no PU's share of the balance. Returns the program's exit \
     status; SIGINT and SIGTERM sent to huddle are passed on; SIGUSR1 pauses the agent's extra faults and \
-    SIGUSR2 resumes them. If huddle is killed the program runs on."
+    SIGUSR2 resumes them. If huddle is killed the program runs on.\n\n\
+    On a machine whose PUs are all equally far apart (one shared cache, no SMT, as on small \
+    VMs), busy tasks no more than the PUs are pinned where they run as soon as they are \
+    seen, and the agent stays dormant until they outnumber the PUs (--watch)."
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -100,6 +112,13 @@ pub struct RunArgs {
     /// Do not preload the agent (only first-touch faults are seen)
     #[arg(long)]
     pub no_agent: bool,
+    /// When the agent watches. auto: on a machine whose PUs are all equally far apart (one
+    /// shared cache, no SMT: no placement of one task per PU costs less than another) it
+    /// stays dormant, registering no memory and re-arming nothing, until the busy tasks
+    /// outnumber the PUs; elsewhere, and with --policy none, it watches from the start.
+    /// always: from the start everywhere
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    pub watch: Watch,
     /// MPI jobs over several nodes: a node manager (`huddle node`) on every node with ranks,
     /// started by the job's first rank there, maps that node's ranks; this huddle only
     /// launches, forwards signals and, with --report, waits for each node's report in
@@ -165,6 +184,7 @@ pub(crate) fn detect_config(c: &Common, agent: bool) -> detect::Config {
             interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
             private_memory: true,
             threads_only: false,
+            dormant: false,
         }),
         // A thread's pages can only follow it if the detector records who touches them;
         // a whole process takes all its private memory along.
@@ -384,6 +404,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         mpi.as_ref().map(|m| m.1),
         args.common.faults_between_ranks,
     );
+    if let Some(a) = cfg.agent.as_mut() {
+        a.dormant = args.watch == Watch::Auto && policy.places_by_traffic() && target.is_flat();
+    }
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),

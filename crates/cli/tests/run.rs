@@ -513,8 +513,17 @@ fn a_detected_program_is_remapped_so_partners_share_a_pu() {
 fn sigusr1_pauses_extra_faults_and_sigusr2_resumes_them() {
     let d = scratch("pause");
     let report = d.join("report");
+    // --watch always: two threads on this machine's two equally far PUs would leave the
+    // agent dormant.
     let mut child = managed_workload(
-        &["--rearm-floor", "1000", "--steady-floor", "1000"],
+        &[
+            "--rearm-floor",
+            "1000",
+            "--steady-floor",
+            "1000",
+            "--watch",
+            "always",
+        ],
         &report,
         &["ring", "--threads", "2", "--seconds", "5"],
         &d.join("wl"),
@@ -550,6 +559,46 @@ fn sigusr1_pauses_extra_faults_and_sigusr2_resumes_them() {
     assert!(paused <= 20, "{paused} events while paused");
     // At 1000 pages/s for 1.5 s and more (the default floors would give at most 300/s).
     assert!(resumed > 600, "extra faults after SIGUSR2: {resumed}");
+}
+
+/// On one PU (`--pus`, flat on any machine) a single busy thread leaves the agent dormant:
+/// no page re-armed, and the report says why; `--watch always` re-arms from the start; two
+/// threads on that PU wake it.
+#[test]
+fn the_agent_sleeps_while_the_tasks_running_are_no_more_than_equally_far_pus() {
+    let pu = format!("pu:{}", common::own_cpus()[0]);
+    let d = scratch("dormant");
+    let rearmed = |name: &str, extra: &[&str], workload: &[&str]| {
+        let report = d.join(name);
+        let mut args = vec!["--pus", pu.as_str()];
+        args.extend_from_slice(extra);
+        let st = managed_workload(&args, &report, workload, &d.join(format!("{name}-wl")))
+            .status()
+            .unwrap();
+        assert!(st.success(), "{name}: {st:?}");
+        let run = json_file(&report.join("run.json"));
+        let notes: Vec<String> = (run["notes"].as_array().unwrap().iter())
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect();
+        (run["rearmed_pages"].as_u64().unwrap(), notes)
+    };
+    let one = ["private", "--threads", "1", "--seconds", "1"];
+    let (pages, notes) = rearmed("one", &[], &one);
+    assert_eq!(pages, 0, "{notes:?}");
+    assert!(
+        notes.iter().any(|n| n.contains("stayed dormant")),
+        "{notes:?}"
+    );
+    let (pages, notes) = rearmed("always", &["--watch", "always"], &one);
+    assert!(pages > 50, "{pages} pages re-armed: {notes:?}");
+    assert!(!notes.iter().any(|n| n.contains("dormant")), "{notes:?}");
+    let two = ["ring", "--threads", "2", "--seconds", "2"];
+    let (pages, notes) = rearmed("two", &[], &two);
+    assert!(pages > 50, "{pages} pages re-armed: {notes:?}");
+    assert!(
+        notes.iter().any(|n| n.contains("dormant until")),
+        "{notes:?}"
+    );
 }
 
 #[test]

@@ -15,6 +15,7 @@ fn main() {
             interval_ms: 10,
             private_memory: true,
             threads_only: false,
+            dormant: false,
         });
     }
     let mut s = Session::start(

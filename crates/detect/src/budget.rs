@@ -81,6 +81,11 @@ impl Budget {
         )
     }
 
+    /// Agents woken at `now_ns` (see `Session::set_dormant`): high for [`START_NS`] again.
+    pub fn wake(&mut self, now_ns: u64) {
+        self.boosted_until_ns = self.boosted_until_ns.max(now_ns + START_NS);
+    }
+
     /// One communication event between tasks `a` and `b`.
     pub fn event(&mut self, a: usize, b: usize) {
         let (a, b) = (a.min(b), a.max(b));

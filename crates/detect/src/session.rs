@@ -76,6 +76,10 @@ pub struct AgentConfig {
     /// Re-arm in a process only while two of its threads or more are busy: for MPI ranks,
     /// whose traffic between processes the PMPI agent counts (see the agent's busy module).
     pub threads_only: bool,
+    /// Start dormant: the agent registers no memory and re-arms nothing until
+    /// [`Session::set_dormant`] wakes it (`huddle run` on a machine where the matrix cannot
+    /// change a placement yet).
+    pub dormant: bool,
 }
 
 /// How a session detects. The default: 256-byte blocks, 2^20 table slots, 256 ring pages,
@@ -315,6 +319,8 @@ pub struct Session {
     budget: Option<Budget>,
     /// Re-arming paused in every agent (see [`Session::set_paused`]).
     paused: bool,
+    /// Every agent dormant (see [`Session::set_dormant`]).
+    dormant: bool,
     pid: i32,
     spawned: bool,
     exit: Option<TargetExit>,
@@ -430,6 +436,7 @@ impl Session {
                 .as_ref()
                 .map(|a| Budget::new(a.rearm_floor as u64, a.steady_floor as u64, monotonic_ns())),
             paused: false,
+            dormant: cfg.agent.as_ref().is_some_and(|a| a.dormant),
             pid: 0,
             spawned: false,
             exit: None,
@@ -982,6 +989,7 @@ impl Session {
             r.view.header().floor_share.store(share, Relaxed);
             r.view.header().live_agents.store(n, Relaxed);
             r.view.header().paused.store(self.paused as u64, Relaxed);
+            r.view.header().dormant.store(self.dormant as u64, Relaxed);
         }
     }
 
@@ -1012,6 +1020,30 @@ impl Session {
                 .paused
                 .store(paused as u64, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// Puts every agent to sleep or wakes it, those that appear later included. A dormant
+    /// agent registers no memory with userfaultfd (the program's first touches are plain
+    /// faults) and re-arms nothing; what it registered before stays registered. Waking
+    /// restarts the high re-arm floor: nothing is known yet about the tasks that woke it.
+    pub fn set_dormant(&mut self, dormant: bool) {
+        if self.dormant && !dormant {
+            if let Some(b) = self.budget.as_mut() {
+                b.wake(monotonic_ns());
+            }
+        }
+        self.dormant = dormant;
+        for r in self.rings.values() {
+            r.view
+                .header()
+                .dormant
+                .store(dormant as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the agents are dormant ([`Session::set_dormant`]).
+    pub fn dormant(&self) -> bool {
+        self.dormant
     }
 
     /// Index of task (pid, tid), registering it if new.

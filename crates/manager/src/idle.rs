@@ -50,6 +50,31 @@ impl IdleTracker {
         t0 <= t - MIN_WATCH_S && t1 > t0 && (cpu1 - cpu0) < IDLE_SHARE * (t1 - t0)
     }
 
+    /// Whether `tid` used any CPU over about the last `window` seconds before `t` (from its
+    /// newest sample back to the newest one at least `window` older, or the oldest; a task
+    /// sampled once counts if it has used any CPU since it started). Unlike
+    /// [`IdleTracker::is_idle`] this forgets at once a launcher that initialised and now
+    /// waits.
+    pub fn ran_lately(&self, tid: u32, t: f64, window: f64) -> bool {
+        let Some(s) = self.samples.get(&tid) else {
+            return false;
+        };
+        let Some(&(_, newest)) = s.back() else {
+            return false;
+        };
+        if s.len() == 1 {
+            return newest > 0.0;
+        }
+        let before = s
+            .iter()
+            .rev()
+            .skip(1)
+            .find(|&&(ts, _)| ts <= t - window)
+            .or(s.front())
+            .map_or(newest, |&(_, cpu)| cpu);
+        newest > before
+    }
+
     /// Forgets tasks not in `live` (they exited).
     pub fn retain(&mut self, live: &[u32]) {
         self.samples.retain(|tid, _| live.contains(tid));
@@ -59,6 +84,24 @@ impl IdleTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_launcher_that_now_waits_has_not_run_lately_though_not_idle_yet() {
+        let mut t = IdleTracker::default();
+        for k in 0..=4 {
+            let now = k as f64 * 0.05;
+            // The launcher initialises for 0.1 s, then waits; the worker runs throughout.
+            t.observe(1, now, now.min(0.1));
+            t.observe(2, now, now);
+        }
+        assert!(!t.is_idle(1, 0.2), "busy within the last second");
+        assert!(!t.ran_lately(1, 0.2, 0.1));
+        assert!(t.ran_lately(1, 0.1, 0.1));
+        assert!(t.ran_lately(2, 0.2, 0.1));
+        assert!(!t.ran_lately(3, 0.2, 0.1), "never seen");
+        t.observe(4, 0.2, 0.01);
+        assert!(t.ran_lately(4, 0.2, 0.1), "sampled once, after it ran");
+    }
 
     #[test]
     fn a_task_is_idle_only_after_a_quiet_quarter_second() {

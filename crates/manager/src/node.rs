@@ -339,6 +339,14 @@ impl Observer for NodeRanks {
     fn set_paused(&mut self, paused: bool) {
         self.inner.set_paused(paused)
     }
+
+    fn set_dormant(&mut self, dormant: bool) {
+        self.inner.set_dormant(dormant)
+    }
+
+    fn dormant(&self) -> bool {
+        self.inner.dormant()
+    }
 }
 
 fn list<'a>(items: impl Iterator<Item = &'a usize>) -> String {

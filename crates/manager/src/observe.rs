@@ -167,6 +167,14 @@ impl Observer for Detected {
         self.session.set_paused(paused);
     }
 
+    fn set_dormant(&mut self, dormant: bool) {
+        self.session.set_dormant(dormant);
+    }
+
+    fn dormant(&self) -> bool {
+        self.session.dormant()
+    }
+
     fn lost(&self) -> u64 {
         let s = self.session.stats();
         s.perf_lost + s.agent_dropped

@@ -87,4 +87,10 @@ pub trait Observer {
     }
     /// Pauses or resumes the extra faults (huddle got SIGUSR1 / SIGUSR2).
     fn set_paused(&mut self, _paused: bool) {}
+    /// Puts the fault agents to sleep or wakes them (`detect::Session::set_dormant`).
+    fn set_dormant(&mut self, _dormant: bool) {}
+    /// Whether the fault agents are dormant.
+    fn dormant(&self) -> bool {
+        false
+    }
 }

@@ -73,6 +73,11 @@ pub struct Config {
 /// the CPUs ([`crate::claims::share`]).
 const TOO_FEW_WAIT_S: f64 = 1.0;
 
+/// A task that used CPU over this last span is running (see `idle::IdleTracker::ran_lately`).
+const RAN_LATELY_S: f64 = 0.1;
+/// How long one task more than the PUs must be running to wake a dormant agent.
+const RUN_OVER_S: f64 = 0.2;
+
 /// The report's line on the first share of the CPUs a manager decided on (crate::claims).
 fn share_line(share: &Target, t: f64) -> String {
     let cpus: Vec<String> = (share.allowed_slots().iter())
@@ -118,6 +123,11 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
     let mut share_note = None;
     let mut oversubscribed_note = None;
     let mut too_few_since = None;
+    // Computed once: a share of a flat machine's PUs (crate::claims) is flat too.
+    let flat = target.is_flat();
+    let mut woke_note = None;
+    let mut most_running = 0;
+    let mut over_since = None;
     let exit = loop {
         let interval_ms = decider.controller.interval_ms;
         let (events, exit, detach) = wait_interval(obs, cfg.ownership, interval_ms);
@@ -137,6 +147,26 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
         // Policies that map the matrix leave idle tasks out (they keep the PUs they have).
         if decider.needs_traffic() {
             sampler.leave_idle_out(&mut sampled, &tasks, t);
+        }
+        // A dormant agent (huddle run on a flat machine) wakes once the tasks running
+        // outnumber the PUs: which of them share a PU is then for the matrix to say. One more
+        // than the PUs must last RUN_OVER_S: a launcher that initialised before its workers
+        // started runs beside them for a tick.
+        let pus = target.allowed_slots().len();
+        let ran = sampler.ran_lately(&sampled, &tasks, t, RAN_LATELY_S);
+        let running = ran.iter().filter(|&&r| r).count();
+        most_running = most_running.max(running);
+        if running <= pus {
+            over_since = None;
+        } else if obs.dormant() {
+            let since = *over_since.get_or_insert(t);
+            if running > pus + 1 || t - since >= RUN_OVER_S {
+                obs.set_dormant(false);
+                woke_note = Some(format!(
+                    "the fault agent was dormant until {t:.2} s, when {running} tasks running \
+                     outnumbered the {pus} PUs"
+                ));
+            }
         }
 
         // 2. Decide.
@@ -191,27 +221,47 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
             }
         }
         let mut claimed = None;
-        if too_few {
-            // No decision: the tasks float (or stay where they are) while other managers'
-            // busy tasks may still go idle (MPI_Init's threads do within tenths of a second).
-        } else if let Outcome::Judged(choice) =
-            decider.decide(t, narrowed.as_ref().unwrap_or(target), &live)
-        {
+        let deciding_on = narrowed.as_ref().unwrap_or(target);
+        // On a flat machine the tasks running now (not the busy ones of the last second,
+        // which count a launcher that has just started its workers) are pinned at once.
+        let pinned_flat = (flat && !too_few)
+            .then(|| {
+                let mut running = sampled.clone();
+                running.keep_where(&ran);
+                let tasks_running: Vec<ObservedTask> =
+                    running.live.iter().map(|&i| tasks[i].clone()).collect();
+                let sub = crate::decide::live_matrix(&matrix, &running.live);
+                let live = Live {
+                    matrix: &sub,
+                    tasks: &tasks_running,
+                    current: &running.current,
+                    masks: &running.masks,
+                };
+                Some((decider.pin_flat(t, deciding_on, &live)?, running))
+            })
+            .flatten();
+        let judged = match pinned_flat {
+            Some(pinned) => Some(pinned),
+            None if too_few => {
+                // No decision: the tasks float (or stay where they are) while other managers'
+                // busy tasks may still go idle (MPI_Init's threads do within tenths of a
+                // second).
+                None
+            }
+            None => match decider.decide(t, deciding_on, &live) {
+                Outcome::Judged(choice) => Some((choice, sampled.clone())),
+                _ => None,
+            },
+        };
+        if let Some((choice, on)) = judged {
             // 3. Act.
             if choice.migrate {
-                act.migrate(
-                    obs,
-                    target,
-                    &tasks,
-                    &sampled.live,
-                    &sampled.current,
-                    &choice,
-                );
+                act.migrate(obs, target, &tasks, &on.live, &on.current, &choice);
                 obs.age();
                 claimed = Some(choice.proposed_os.clone());
             }
             // 4. Record.
-            record.decision(t, &sampled.live, &choice);
+            record.decision(t, &on.live, &choice);
         }
         if let Some((c, _)) = &locked {
             // What the busy tasks hold now: tasks that went idle give their PUs back.
@@ -268,6 +318,15 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
             notes.extend(too_few_note);
             notes.extend(share_note);
             notes.extend(oversubscribed_note);
+            notes.extend(woke_note);
+            if obs.dormant() {
+                notes.push(format!(
+                    "the fault agent stayed dormant (no memory registered, no page re-armed): \
+                     at most {most_running} tasks ran at once on {} PUs all equally far apart, where \
+                     their traffic cannot change a placement (--watch always keeps it awake)",
+                    target.allowed_slots().len()
+                ));
+            }
             notes
         },
     };
@@ -559,7 +618,9 @@ mod tests {
     }
 
     /// Two busy partners floating over two PUs: no placement costs less, and they are
-    /// pinned one per PU all the same (control::floating_to_pin).
+    /// pinned one per PU all the same: at once where the PUs are all equally far apart
+    /// (decide::pin_in_place, as on the 2-PU test VM), else once the traffic is in
+    /// (control::floating_to_pin).
     #[test]
     fn floating_busy_partners_are_pinned_one_per_pu() {
         let machine = Machine::from_system().unwrap();
@@ -579,7 +640,15 @@ mod tests {
             .iter()
             .find(|d| d.action == "migrate")
             .unwrap_or_else(|| panic!("no migration: {:?}", data.decisions));
-        assert!(pin.reason.contains("floated"), "{pin:?}");
+        if target.is_flat() {
+            assert!(
+                pin.reason.contains("without waiting for traffic"),
+                "{pin:?}"
+            );
+            assert!(pin.t < 0.5, "at the first ticks: {pin:?}");
+        } else {
+            assert!(pin.reason.contains("floated"), "{pin:?}");
+        }
         assert_ne!(pin.mapping[0], pin.mapping[1], "one per PU: {pin:?}");
     }
 

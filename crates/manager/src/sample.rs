@@ -144,6 +144,20 @@ impl Sampler {
         s.keep_where(&busy);
     }
 
+    /// Which of the sampled tasks used CPU over about the last `window` seconds
+    /// ([`IdleTracker::ran_lately`]), in `s.live` order.
+    pub fn ran_lately(
+        &self,
+        s: &Sampled,
+        tasks: &[ObservedTask],
+        t: f64,
+        window: f64,
+    ) -> Vec<bool> {
+        (s.tids(tasks).iter())
+            .map(|&tid| self.idle.ran_lately(tid, t, window))
+            .collect()
+    }
+
     /// CPU seconds task `tid` had used when last sampled (0 if never).
     pub fn cpu_seconds(&self, tid: u32) -> f64 {
         self.cpu_ticks.get(&tid).copied().unwrap_or(0) as f64 / self.ticks_per_s

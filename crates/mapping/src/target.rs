@@ -161,6 +161,21 @@ impl Target {
         self.cluster.distance(a, b)
     }
 
+    /// Whether every two allowed slots are equally far apart ([`Target::distance`]): one
+    /// machine whose PUs share nothing closer than what all of them share (one L3, no SMT,
+    /// as on small VMs). Then no placement of at most one task per PU costs less than
+    /// another, whatever the tasks' communication.
+    pub fn is_flat(&self) -> bool {
+        let slots = self.allowed_indexes();
+        let Some(first) = slots.get(1).map(|&b| self.distance(slots[0], b)) else {
+            return true;
+        };
+        slots
+            .iter()
+            .enumerate()
+            .all(|(i, &a)| slots[i + 1..].iter().all(|&b| self.distance(a, b) == first))
+    }
+
     /// The node (machine index) a slot is on; 0 on a single machine.
     pub fn node_of(&self, slot: Slot) -> usize {
         self.cluster.locate(slot.0).0
@@ -270,6 +285,27 @@ impl Target {
 mod tests {
     use super::*;
     use topology::Cluster;
+
+    #[test]
+    fn a_target_is_flat_when_every_two_allowed_pus_are_equally_far_apart() {
+        let synthetic = |d: &str| Target::machine(Machine::from_synthetic(d).unwrap());
+        assert!(synthetic("pack:1 l3:1 core:4 pu:1").is_flat());
+        assert!(
+            !synthetic("pack:1 core:2 pu:2").is_flat(),
+            "SMT siblings are closer"
+        );
+        assert!(!synthetic("pack:2 core:2 pu:1").is_flat(), "two packages");
+        let mut two_packages = synthetic("pack:2 core:2 pu:1");
+        two_packages.restrict("package:0").unwrap();
+        assert!(two_packages.is_flat(), "one package's two cores");
+        two_packages.restrict("pu:0").unwrap();
+        assert!(two_packages.is_flat(), "a single PU");
+        let one = Machine::from_synthetic("pack:1 core:2 pu:1").unwrap();
+        assert!(
+            !Target::cluster(Cluster::uniform(one, 2).unwrap()).is_flat(),
+            "two nodes"
+        );
+    }
 
     #[test]
     fn slots_convert_to_machines_pus_and_kernel_cpus_and_back() {

@@ -50,6 +50,13 @@ pub trait Policy {
     fn needs_traffic(&self) -> bool {
         true
     }
+    /// Whether the policy places tasks by the detected matrix: on a machine where no
+    /// placement of one task per PU costs less than another, `huddle run` then pins the
+    /// running tasks in place at once and keeps the agent dormant while they are no more
+    /// than the PUs. Not `none`, which only observes.
+    fn places_by_traffic(&self) -> bool {
+        self.needs_traffic()
+    }
     /// Notes for the report (what the policy saw, what it could not do).
     fn notes(&self) -> Vec<String> {
         Vec::new()
@@ -160,6 +167,10 @@ impl Policy for Observe {
 
     fn propose(&mut self, _: &Context) -> Option<Proposal> {
         None
+    }
+
+    fn places_by_traffic(&self) -> bool {
+        false
     }
 }
 
