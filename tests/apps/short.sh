@@ -103,8 +103,8 @@ if grep -q 'Domain decomposition grid 2 x 1 x 1' plain.log && [ -n "$(energies p
 else
   fail "gromacs: energies differ or no DD grid 2 x 1 x 1"
 fi
-# Two ranks on a machine whose PUs are all equally far apart (this 2-PU VM) leave the agent
-# dormant by default (nothing to map): --watch always for the matrix.
+# Two ranks on a machine whose PUs are all equally far apart (this 2-PU VM) put the agent to
+# sleep after 0.3 s by default (nothing to map there): --watch always for the matrix.
 "${hrun[@]}" --watch always --report gmx-watch -- "${mdrun[@]}" -deffnm watch >/dev/null 2>&1
 total=$(awk -F, '{ for (i = 1; i <= NF; i++) s += $i } END { print s + 0 }' gmx-watch/matrix.csv)
 tasks=$(grep -c '"tid"' gmx-watch/tasks.json)

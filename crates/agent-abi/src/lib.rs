@@ -32,7 +32,4 @@ pub mod env {
     /// "1": re-arm only while two threads of the process or more are busy (another source
     /// counts the traffic between processes: the PMPI agent's, for MPI ranks).
     pub const THREADS_ONLY: &str = "HUDDLE_AGENT_THREADS_ONLY";
-    /// "1": start dormant (no userfaultfd registration, no re-arming) until the detector
-    /// wakes the agent through the ring header's `dormant`.
-    pub const DORMANT: &str = "HUDDLE_AGENT_DORMANT";
 }

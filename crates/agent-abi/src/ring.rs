@@ -117,10 +117,9 @@ pub struct Header {
     pub focus_shared: AtomicU64,
     /// Re-arms the agent gave the pages of `focus_shared`.
     pub focus_rearms: AtomicU64,
-    /// Nonzero while the agent is dormant: it neither registers memory with userfaultfd
-    /// (so first touches take no round trip) nor re-arms. Set by the agent at creation from
-    /// `HUDDLE_AGENT_DORMANT`, then written by the detector (`huddle run` wakes it when the
-    /// matrix can change a placement).
+    /// Written by the detector: nonzero while the agent is dormant: it registers no more
+    /// memory with userfaultfd and re-arms nothing (`huddle run` on a machine where the
+    /// matrix cannot change a placement).
     pub dormant: AtomicU64,
 }
 

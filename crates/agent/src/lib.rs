@@ -467,8 +467,7 @@ fn start() {
         };
         (*st).rng = (libc::getpid() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         (*st).excluded[0] = (p as u64, p as u64 + size as u64);
-        let dormant = std::env::var(agent_env::DORMANT).is_ok_and(|v| v == "1");
-        (*st).ring = open_ring(&dir, dormant);
+        (*st).ring = open_ring(&dir);
         if (*st).ring.is_null() {
             libc::munmap(p, size);
             return;
@@ -611,7 +610,7 @@ unsafe fn open_pidfd() -> c_int {
 /// the exec): it takes `agent-PID.N.ring` with the first free N, and the detector reads the
 /// highest N of a pid (an exec'd program, such as every MPI rank mpirun starts, had no agent
 /// before 2026-11-26).
-unsafe fn open_ring(dir: &std::ffi::OsStr, dormant: bool) -> *mut u8 {
+unsafe fn open_ring(dir: &std::ffi::OsStr) -> *mut u8 {
     use std::os::unix::ffi::OsStrExt;
     let pid = libc::getpid();
     let mut fd = -1;
@@ -656,8 +655,6 @@ unsafe fn open_ring(dir: &std::ffi::OsStr, dormant: bool) -> *mut u8 {
     (*h).capacity = ring::CAPACITY;
     (*h).pid = pid as u32;
     (*h).version = ring::VERSION;
-    // Before the magic: the detector may write its own state as soon as it maps the ring.
-    (*h).dormant.store(dormant as u64, Ordering::Relaxed);
     std::sync::atomic::fence(Ordering::Release);
     (*h).magic = ring::MAGIC;
     p as *mut u8

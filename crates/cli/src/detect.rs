@@ -196,7 +196,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
         private_memory: !args.no_private,
         threads_only: false,
-        dormant: false,
     });
     let agent = match agent {
         Some(a) if !a.library.is_file() => {

@@ -103,8 +103,8 @@ pub enum Watch {
     status; SIGINT and SIGTERM sent to huddle are passed on; SIGUSR1 pauses the agent's extra faults and \
     SIGUSR2 resumes them. If huddle is killed the program runs on.\n\n\
     On a machine whose PUs are all equally far apart (one shared cache, no SMT, as on small \
-    VMs), busy tasks no more than the PUs are pinned where they run as soon as they are \
-    seen, and the agent stays dormant until they outnumber the PUs (--watch)."
+    VMs), tasks running, no more of them than PUs, are pinned where they run as soon as \
+    they are seen, and the agent sleeps while they are no more than the PUs (--watch)."
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -114,9 +114,9 @@ pub struct RunArgs {
     pub no_agent: bool,
     /// When the agent watches. auto: on a machine whose PUs are all equally far apart (one
     /// shared cache, no SMT: no placement of one task per PU costs less than another) it
-    /// stays dormant, registering no memory and re-arming nothing, until the busy tasks
-    /// outnumber the PUs; elsewhere, and with --policy none, it watches from the start.
-    /// always: from the start everywhere
+    /// sleeps, registering no more memory and re-arming nothing, once no more tasks than PUs
+    /// have run for 0.3 s, and wakes when they outnumber the PUs; elsewhere, and with
+    /// --policy none, it always watches. always: it always watches
     #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
     pub watch: Watch,
     /// MPI jobs over several nodes: a node manager (`huddle node`) on every node with ranks,
@@ -184,7 +184,6 @@ pub(crate) fn detect_config(c: &Common, agent: bool) -> detect::Config {
             interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
             private_memory: true,
             threads_only: false,
-            dormant: false,
         }),
         // A thread's pages can only follow it if the detector records who touches them;
         // a whole process takes all its private memory along.
@@ -323,6 +322,7 @@ pub(crate) fn config(
         command,
         claims: None,
         machine_description: machine,
+        agent_sleeps: false,
     }
 }
 
@@ -404,9 +404,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         mpi.as_ref().map(|m| m.1),
         args.common.faults_between_ranks,
     );
-    if let Some(a) = cfg.agent.as_mut() {
-        a.dormant = args.watch == Watch::Auto && policy.places_by_traffic() && target.is_flat();
-    }
     let session = detect::Session::start(
         detect::Target::Spawn {
             program: program.clone(),
@@ -430,7 +427,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let data = run::manage(
         &mut obs,
         &target,
-        config(&args.common, policy, command, machine),
+        Config {
+            agent_sleeps: args.watch == Watch::Auto,
+            ..config(&args.common, policy, command, machine)
+        },
     );
     if let Some((m, _)) = &obs.mpi {
         // Named by us, so the agent leaves it for a reader: nobody reads it after the run.

@@ -15,7 +15,6 @@ fn main() {
             interval_ms: 10,
             private_memory: true,
             threads_only: false,
-            dormant: false,
         });
     }
     let mut s = Session::start(

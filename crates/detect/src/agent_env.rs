@@ -3,7 +3,7 @@
 
 use crate::procs;
 use crate::session::{AgentConfig, DetectError};
-use agent_abi::env::{DIR, DORMANT, FLOOR, INTERVAL_MS, PREFIX, PRIVATE, RATE, THREADS_ONLY};
+use agent_abi::env::{DIR, FLOOR, INTERVAL_MS, PREFIX, PRIVATE, RATE, THREADS_ONLY};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -38,9 +38,6 @@ pub fn environment(
     ));
     if cfg.threads_only {
         env.push((THREADS_ONLY.into(), "1".into()));
-    }
-    if cfg.dormant {
-        env.push((DORMANT.into(), "1".into()));
     }
     env
 }
@@ -151,7 +148,6 @@ mod tests {
             interval_ms: 10,
             private_memory: false,
             threads_only: false,
-            dormant: false,
         };
         let env = vec![
             ("LD_PRELOAD".into(), "/lib/other.so".into()),
@@ -175,13 +171,6 @@ mod tests {
         assert_eq!(get(PRIVATE), "0");
         assert_eq!(get(DIR), "/run/x");
         assert_eq!(get("HOME"), "/root");
-        assert!(out.iter().all(|(k, _)| k != DORMANT));
-        let dormant = AgentConfig {
-            dormant: true,
-            ..cfg
-        };
-        let out = environment(vec![], &dormant, Path::new("/run/x"));
-        assert!(out.iter().any(|(k, v)| k == DORMANT && v == "1"));
     }
 
     /// Left-over directories of dead (or replaced) huddle processes go; those of live ones,

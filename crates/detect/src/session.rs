@@ -76,10 +76,6 @@ pub struct AgentConfig {
     /// Re-arm in a process only while two of its threads or more are busy: for MPI ranks,
     /// whose traffic between processes the PMPI agent counts (see the agent's busy module).
     pub threads_only: bool,
-    /// Start dormant: the agent registers no memory and re-arms nothing until
-    /// [`Session::set_dormant`] wakes it (`huddle run` on a machine where the matrix cannot
-    /// change a placement yet).
-    pub dormant: bool,
 }
 
 /// How a session detects. The default: 256-byte blocks, 2^20 table slots, 256 ring pages,
@@ -436,7 +432,7 @@ impl Session {
                 .as_ref()
                 .map(|a| Budget::new(a.rearm_floor as u64, a.steady_floor as u64, monotonic_ns())),
             paused: false,
-            dormant: cfg.agent.as_ref().is_some_and(|a| a.dormant),
+            dormant: false,
             pid: 0,
             spawned: false,
             exit: None,
@@ -1023,9 +1019,10 @@ impl Session {
     }
 
     /// Puts every agent to sleep or wakes it, those that appear later included. A dormant
-    /// agent registers no memory with userfaultfd (the program's first touches are plain
-    /// faults) and re-arms nothing; what it registered before stays registered. Waking
-    /// restarts the high re-arm floor: nothing is known yet about the tasks that woke it.
+    /// agent registers no more memory with userfaultfd (first touches of memory mapped
+    /// meanwhile are plain faults) and takes no page out (those out come back when touched
+    /// or after 250 ms); what it registered stays registered. Waking restarts the high
+    /// re-arm floor: nothing is known yet about the tasks that woke it.
     pub fn set_dormant(&mut self, dormant: bool) {
         if self.dormant && !dormant {
             if let Some(b) = self.budget.as_mut() {

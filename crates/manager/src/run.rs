@@ -64,6 +64,10 @@ pub struct Config {
     pub claims: Option<crate::claims::Claims>,
     /// How the machine model was obtained, and its size, for the report.
     pub machine_description: String,
+    /// On a flat target (`Target::is_flat`), with a policy that places by traffic: put the
+    /// fault agents to sleep while the tasks running are no more than the PUs, and wake them
+    /// when they outnumber them (`huddle run --watch auto`).
+    pub agent_sleeps: bool,
 }
 
 /// How long a manager pins nothing while other managers' claims leave fewer CPUs than it has
@@ -77,6 +81,8 @@ const TOO_FEW_WAIT_S: f64 = 1.0;
 const RAN_LATELY_S: f64 = 0.1;
 /// How long one task more than the PUs must be running to wake a dormant agent.
 const RUN_OVER_S: f64 = 0.2;
+/// How long the tasks running must be no more than the PUs before the agents sleep.
+const SLEEP_AFTER_S: f64 = 0.3;
 
 /// The report's line on the first share of the CPUs a manager decided on (crate::claims).
 fn share_line(share: &Target, t: f64) -> String {
@@ -88,6 +94,45 @@ fn share_line(share: &Target, t: f64) -> String {
          keep the busiest PU light (first at {t:.2} s)",
         cpus.join(",")
     )
+}
+
+/// The report's line on the agents' sleep ([`Config::agent_sleeps`]): `log` holds (t, tasks
+/// running, asleep after) at each change; `asleep`: at the end (also from the start, when
+/// the agents were started dormant).
+fn sleep_note(
+    log: &[(f64, usize, bool)],
+    asleep: bool,
+    most_running: usize,
+    target: &Target,
+) -> Option<String> {
+    if log.is_empty() && !asleep {
+        return None;
+    }
+    let pus = target.allowed_slots().len();
+    let changes: Vec<String> = (log.iter().take(8))
+        .map(|&(t, n, sleep)| {
+            let verb = if sleep { "slept" } else { "woke" };
+            format!("{verb} at {t:.2} s ({n} running)")
+        })
+        .collect();
+    let more = log.len().saturating_sub(changes.len());
+    Some(format!(
+        "fault agent asleep (no memory registered, no page re-armed) while no more tasks ran than \
+         the {pus} PUs, all equally far apart, where their traffic cannot change a placement \
+         (--watch always keeps it awake): {}{}; at most {most_running} running at once, {} at \
+         the end",
+        if changes.is_empty() {
+            "asleep from the start".to_string()
+        } else {
+            changes.join(", ")
+        },
+        if more > 0 {
+            format!(" and {more} more changes")
+        } else {
+            String::new()
+        },
+        if asleep { "asleep" } else { "awake" }
+    ))
 }
 
 /// The kernel CPUs of the tasks pinned to one PU (`masks`: each task's allowed slots).
@@ -125,9 +170,11 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
     let mut too_few_since = None;
     // Computed once: a share of a flat machine's PUs (crate::claims) is flat too.
     let flat = target.is_flat();
-    let mut woke_note = None;
+    let sleeps = cfg.agent_sleeps && flat && decider.policy.places_by_traffic();
+    // (t, tasks running, asleep after) at each change, for the report.
+    let mut sleep_log: Vec<(f64, usize, bool)> = Vec::new();
     let mut most_running = 0;
-    let mut over_since = None;
+    let (mut over_since, mut under_since) = (None, None);
     let exit = loop {
         let interval_ms = decider.controller.interval_ms;
         let (events, exit, detach) = wait_interval(obs, cfg.ownership, interval_ms);
@@ -148,24 +195,30 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
         if decider.needs_traffic() {
             sampler.leave_idle_out(&mut sampled, &tasks, t);
         }
-        // A dormant agent (huddle run on a flat machine) wakes once the tasks running
-        // outnumber the PUs: which of them share a PU is then for the matrix to say. One more
-        // than the PUs must last RUN_OVER_S: a launcher that initialised before its workers
-        // started runs beside them for a tick.
+        // On a flat machine the agents sleep while the tasks running are no more than the
+        // PUs (no placement of them costs less than another) for SLEEP_AFTER_S, and wake once
+        // they outnumber them: which of them share a PU is then for the matrix to say. One
+        // more than the PUs must last RUN_OVER_S: a launcher that initialised before its
+        // workers started runs beside them for a tick.
         let pus = target.allowed_slots().len();
         let ran = sampler.ran_lately(&sampled, &tasks, t, RAN_LATELY_S);
         let running = ran.iter().filter(|&&r| r).count();
         most_running = most_running.max(running);
-        if running <= pus {
-            over_since = None;
-        } else if obs.dormant() {
-            let since = *over_since.get_or_insert(t);
-            if running > pus + 1 || t - since >= RUN_OVER_S {
-                obs.set_dormant(false);
-                woke_note = Some(format!(
-                    "the fault agent was dormant until {t:.2} s, when {running} tasks running \
-                     outnumbered the {pus} PUs"
-                ));
+        if sleeps {
+            if running <= pus {
+                over_since = None;
+                let since = *under_since.get_or_insert(t);
+                if !obs.dormant() && t - since >= SLEEP_AFTER_S {
+                    obs.set_dormant(true);
+                    sleep_log.push((t, running, true));
+                }
+            } else {
+                under_since = None;
+                let since = *over_since.get_or_insert(t);
+                if obs.dormant() && (running > pus + 1 || t - since >= RUN_OVER_S) {
+                    obs.set_dormant(false);
+                    sleep_log.push((t, running, false));
+                }
             }
         }
 
@@ -318,15 +371,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
             notes.extend(too_few_note);
             notes.extend(share_note);
             notes.extend(oversubscribed_note);
-            notes.extend(woke_note);
-            if obs.dormant() {
-                notes.push(format!(
-                    "the fault agent stayed dormant (no memory registered, no page re-armed): \
-                     at most {most_running} tasks ran at once on {} PUs all equally far apart, where \
-                     their traffic cannot change a placement (--watch always keeps it awake)",
-                    target.allowed_slots().len()
-                ));
-            }
+            notes.extend(sleep_note(&sleep_log, obs.dormant(), most_running, target));
             notes
         },
     };
@@ -500,6 +545,7 @@ mod tests {
             command: vec!["sleep".into()],
             claims: None,
             machine_description: "this machine".into(),
+            agent_sleeps: false,
         }
     }
 
