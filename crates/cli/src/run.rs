@@ -82,9 +82,9 @@ pub struct Common {
 /// `huddle run --watch`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Watch {
-    /// Dormant while the matrix cannot change a placement.
+    /// Asleep while the matrix cannot change a placement (flat machines).
     Auto,
-    /// From the start.
+    /// Watch throughout.
     Always,
 }
 
