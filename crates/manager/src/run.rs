@@ -9,8 +9,9 @@ use crate::decide::{Decider, Live, Outcome};
 use crate::observer::{Exit, ObservedTask, Observer};
 use crate::policy::Policy;
 use crate::record::{Closing, Recorder};
-use crate::sample::Sampler;
+use crate::sample::{Sampled, Sampler};
 use mapping::{Slot, Target};
+use matrix::CommMatrix;
 use rundata::RunData;
 use std::time::{Duration, Instant};
 
@@ -135,6 +136,16 @@ fn sleep_note(
     ))
 }
 
+/// The tasks of `s` and their communication, for a [`Live`].
+fn live_parts(
+    s: &Sampled,
+    tasks: &[ObservedTask],
+    matrix: &CommMatrix,
+) -> (Vec<ObservedTask>, CommMatrix) {
+    let live_tasks = s.live.iter().map(|&i| tasks[i].clone()).collect();
+    (live_tasks, crate::decide::live_matrix(matrix, &s.live))
+}
+
 /// The kernel CPUs of the tasks pinned to one PU (`masks`: each task's allowed slots).
 fn pinned_pus(target: &Target, masks: &[Vec<usize>]) -> Vec<topology::OsCpu> {
     masks
@@ -223,9 +234,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
         }
 
         // 2. Decide.
-        let live_tasks: Vec<ObservedTask> =
-            sampled.live.iter().map(|&i| tasks[i].clone()).collect();
-        let sub = crate::decide::live_matrix(&matrix, &sampled.live);
+        let (live_tasks, sub) = live_parts(&sampled, &tasks, &matrix);
         let live = Live {
             matrix: &sub,
             tasks: &live_tasks,
@@ -281,9 +290,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
             .then(|| {
                 let mut running = sampled.clone();
                 running.keep_where(&ran);
-                let tasks_running: Vec<ObservedTask> =
-                    running.live.iter().map(|&i| tasks[i].clone()).collect();
-                let sub = crate::decide::live_matrix(&matrix, &running.live);
+                let (tasks_running, sub) = live_parts(&running, &tasks, &matrix);
                 let live = Live {
                     matrix: &sub,
                     tasks: &tasks_running,
