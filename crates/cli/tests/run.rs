@@ -513,8 +513,8 @@ fn a_detected_program_is_remapped_so_partners_share_a_pu() {
 fn sigusr1_pauses_extra_faults_and_sigusr2_resumes_them() {
     let d = scratch("pause");
     let report = d.join("report");
-    // --watch always: two threads on this machine's two equally far PUs would leave the
-    // agent dormant.
+    // --watch always: two threads on this machine's two equally far PUs would put the agent
+    // to sleep.
     let mut child = managed_workload(
         &[
             "--rearm-floor",

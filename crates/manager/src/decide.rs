@@ -267,10 +267,10 @@ impl Decider {
 
 /// Where to pin the live tasks on a flat `target` ([`Target::is_flat`], the caller's to
 /// check) when some of them float and they are no more than its PUs: each where it runs now
-/// (a task pinned already stays), the second of two on one PU on a free one. None otherwise. On the 16-core lent
-/// machine (one L3) binding LAMMPS's 16 ranks from exec ran 12 % faster than the OS over 3000
-/// steps while huddle, waiting for traffic, pinned them at 0.66 s and gained nothing
-/// (bench/results/device.md, 2026-11-27).
+/// (a task pinned already stays), the second of two on one PU on a free one. None otherwise.
+/// On the 16-core lent machine (one L3) binding LAMMPS's 16 ranks from exec ran 12 % faster
+/// than the OS over 3000 steps while huddle, waiting for traffic, pinned them at 0.66 s and
+/// gained nothing (bench/results/device.md, 2026-11-27).
 pub fn pin_in_place(target: &Target, live: &Live) -> Option<Vec<usize>> {
     let allowed: Vec<usize> = target.allowed_slots().iter().map(|s| s.0).collect();
     let n = live.tasks.len();

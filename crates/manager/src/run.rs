@@ -98,15 +98,15 @@ fn share_line(share: &Target, t: f64) -> String {
 }
 
 /// The report's line on the agents' sleep ([`Config::agent_sleeps`]): `log` holds (t, tasks
-/// running, asleep after) at each change; `asleep`: at the end (also from the start, when
-/// the agents were started dormant).
+/// running, asleep after) at each change, `asleep` the state at the end. None if they never
+/// slept.
 fn sleep_note(
     log: &[(f64, usize, bool)],
     asleep: bool,
     most_running: usize,
     target: &Target,
 ) -> Option<String> {
-    if log.is_empty() && !asleep {
+    if log.is_empty() {
         return None;
     }
     let pus = target.allowed_slots().len();
@@ -116,22 +116,16 @@ fn sleep_note(
             format!("{verb} at {t:.2} s ({n} running)")
         })
         .collect();
-    let more = log.len().saturating_sub(changes.len());
+    let more = match log.len() - changes.len() {
+        0 => String::new(),
+        k => format!(" and {k} more changes"),
+    };
     Some(format!(
         "fault agent asleep (no memory registered, no page re-armed) while no more tasks ran than \
          the {pus} PUs, all equally far apart, where their traffic cannot change a placement \
-         (--watch always keeps it awake): {}{}; at most {most_running} running at once, {} at \
-         the end",
-        if changes.is_empty() {
-            "asleep from the start".to_string()
-        } else {
-            changes.join(", ")
-        },
-        if more > 0 {
-            format!(" and {more} more changes")
-        } else {
-            String::new()
-        },
+         (--watch always keeps it awake): {}{more}; at most {most_running} running at once, {} \
+         at the end",
+        changes.join(", "),
         if asleep { "asleep" } else { "awake" }
     ))
 }
