@@ -1010,12 +1010,7 @@ impl Session {
     /// Used to measure what re-arming costs inside one run (bench/detect).
     pub fn set_paused(&mut self, paused: bool) {
         self.paused = paused;
-        for r in self.rings.values() {
-            r.view
-                .header()
-                .paused
-                .store(paused as u64, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.publish_switches();
     }
 
     /// Puts every agent to sleep or wakes it, those that appear later included. A dormant
@@ -1030,11 +1025,16 @@ impl Session {
             }
         }
         self.dormant = dormant;
+        self.publish_switches();
+    }
+
+    /// Writes `paused` and `dormant` into every agent's ring header (rings found later get
+    /// them from [`Session::share_floor`]).
+    fn publish_switches(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
         for r in self.rings.values() {
-            r.view
-                .header()
-                .dormant
-                .store(dormant as u64, std::sync::atomic::Ordering::Relaxed);
+            r.view.header().paused.store(self.paused as u64, Relaxed);
+            r.view.header().dormant.store(self.dormant as u64, Relaxed);
         }
     }
 
