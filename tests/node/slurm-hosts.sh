@@ -151,6 +151,6 @@ EOF
         sleep 0.1
     done
     echo "slurm-hosts: the nodes are not idle after 30 s: $(sinfo -h -N -o '%N %t %E' 2>&1 | tr '\n' ' ')" >&2
-    tail -3 "$d/slurmctld.log" "$d"/slurmd-*.log >&2
+    tail -n 3 "$d/slurmctld.log" "$d"/slurmd-*.log >&2
     return 1
 }
