@@ -374,6 +374,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             pids.join(", "),
             args.block_size
         );
+        if let Some(edges) = stats.page_edges_note() {
+            eprintln!("huddle: note: {edges} (docs/detect.md, page edges)");
+        }
     }
     // The helpers' CPU is part of the target's; the program's own is what is left.
     let cost = match stats.target_cpu_s {

@@ -47,6 +47,7 @@ pub mod active;
 pub mod agent_env;
 pub mod budget;
 pub mod document;
+pub mod edges;
 pub mod ids;
 pub mod owners;
 pub mod perf;
@@ -56,6 +57,7 @@ pub mod session;
 pub mod sharers;
 pub mod signals;
 mod spawn;
+pub mod watch;
 
 pub use session::{
     resolve_program, AgentConfig, Config, DetectError, Granularity, Session, SourceStatus, Stats,

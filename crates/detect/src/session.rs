@@ -4,6 +4,7 @@ use crate::active::BusyProcesses;
 use crate::agent_env;
 pub use crate::agent_env::{private_base, remove_stale_private_dirs};
 use crate::budget::Budget;
+use crate::edges::{EdgeKey, PageEdges};
 use crate::ids::{IdMap, IdSet};
 use crate::owners::PageOwners;
 use crate::perf::{self, PerfError, PerfSource, Record, Sampled};
@@ -209,6 +210,19 @@ pub struct Stats {
     pub page_comm_events: u64,
     /// Processes whose threads the matrix pairs by page (see `Session::page_mode`).
     pub page_mode_pids: Vec<u32>,
+    /// Page edges (two threads entering pages at different offsets, edges.rs) probed with
+    /// watchpoints, found apart (false sharing of the page) and found shared.
+    pub page_edges_probed: u64,
+    /// Pages of those edges probed apart.
+    pub page_edge_pages_apart: u64,
+    /// See `page_edges_probed`.
+    pub page_edges_apart: u64,
+    /// See `page_edges_probed`.
+    pub page_edges_shared: u64,
+    /// Page events of edges found apart: taken back, or not counted.
+    pub page_events_apart: u64,
+    /// Why no page edge could be probed (no hardware watchpoints, no permission).
+    pub watchpoints_refused: Option<String>,
     /// `faults / elapsed_s`.
     pub faults_per_s: f64,
     /// Records the kernel dropped (PERF_RECORD_LOST).
@@ -250,6 +264,29 @@ pub struct Stats {
     /// User + system CPU seconds of the spawned target and its reaped descendants, helpers
     /// included; None until [`Session::try_wait`] reaped it, and always for attach.
     pub target_cpu_s: Option<f64>,
+}
+
+impl Stats {
+    /// What the page-edge probes found (docs/detect.md, page edges), for notes; None while no
+    /// process is in page mode.
+    pub fn page_edges_note(&self) -> Option<String> {
+        if self.page_mode_pids.is_empty() {
+            return None;
+        }
+        Some(match &self.watchpoints_refused {
+            Some(why) => format!(
+                "page edges not probed ({why}): false sharing of pages counts as sharing"
+            ),
+            None => format!(
+                "page edges probed {} times with watchpoints: {} pages apart, {} edges apart, {} shared (false sharing of pages: {} events not counted)",
+                self.page_edges_probed,
+                self.page_edge_pages_apart,
+                self.page_edges_apart,
+                self.page_edges_shared,
+                self.page_events_apart
+            ),
+        })
+    }
 }
 
 fn cpu_seconds(ru: &libc::rusage) -> f64 {
@@ -348,6 +385,9 @@ pub struct Session {
     pages: Option<PageTable>,
     /// Events the page table found, per task pair, as `counts`.
     page_counts: Vec<Vec<u64>>,
+    /// Pairs that enter their pages at different offsets, and whether they share data
+    /// across them (watchpoint probes; see edges.rs).
+    edges: PageEdges,
     /// What each process's private faults gave by block and by page.
     granule_events: IdMap<Granules>,
     /// Live program threads (agent helpers not counted) per process, in thread granularity.
@@ -402,9 +442,10 @@ const PRIVATE_HISTORY_MS: u32 = 4000;
 /// The page table has this share of the block table's slots (a page holds 16 blocks of 256 B).
 const PAGE_TABLE_SHARE: usize = 16;
 const PAGE_SHIFT: u32 = 12;
+const PAGE_MASK: u64 = (1 << PAGE_SHIFT) - 1;
 /// Page mode needs this many page events of the process, and blocks under 1 / RATIO of them.
 const PAGE_MODE_MIN_EVENTS: u64 = 32;
-const PAGE_MODE_RATIO: u64 = 8;
+const PAGE_MODE_RATIO: u64 = 5;
 
 pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -453,6 +494,7 @@ impl Session {
             pages: (cfg.block_size < 1 << PAGE_SHIFT)
                 .then(|| PageTable::new((cfg.table_slots / PAGE_TABLE_SHARE).max(1024))),
             page_counts: Vec::new(),
+            edges: PageEdges::default(),
             granule_events: IdMap::default(),
             threads_of_pid: IdMap::default(),
             busy: cfg.within_process.then(BusyProcesses::default),
@@ -914,6 +956,9 @@ impl Session {
             }
         }
         self.batch = batch;
+        if self.pages.is_some() {
+            self.probe_edges();
+        }
         if let Some(b) = self.budget.as_mut() {
             let floor = b.floor(self.poll_ns);
             if floor != self.agent_floor {
@@ -1170,12 +1215,19 @@ impl Session {
         self.comm_events += events;
         if let (false, Some(pages)) = (shared, self.pages.as_mut()) {
             let page_key = mix(pid as u64 ^ 0x5041_4745) ^ (addr >> PAGE_SHIFT);
-            let page_counts = &mut self.page_counts;
+            let (page, offset) = (addr & !PAGE_MASK, (addr & PAGE_MASK) as u16);
+            let (page_counts, edges) = (&mut self.page_counts, &mut self.edges);
             let mut page_events = 0;
-            let (before, after) = pages.record_at(page_key, t32, now_ms, keep_ms, |q| {
-                add_event(page_counts, t, q as usize);
+            let record = |q: u32, q_offset| {
+                // Events of an edge found apart (false sharing of the page) do not count;
+                // page mode is chosen on all of them.
+                let edge = EdgeKey::of((t32, offset), (q, q_offset));
+                if edge.is_none_or(|e| edges.event(pid, e, page)) {
+                    add_event(page_counts, t, q as usize);
+                }
                 page_events += 1;
-            });
+            };
+            let (before, after) = pages.record_at(page_key, t32, offset, now_ms, keep_ms, record);
             let tally = self.granule_events.entry(pid).or_default();
             tally.block_events += events;
             tally.page_events += page_events;
@@ -1188,6 +1240,28 @@ impl Session {
             }
         }
         true
+    }
+
+    /// Runs the page edges' probes (edges.rs) for processes in page mode, and takes back
+    /// the events of edges found apart.
+    fn probe_edges(&mut self) {
+        let (tasks, granules) = (&self.tasks, &self.granule_events);
+        let paged = |pid: u32| granules.get(&pid).is_some_and(Granules::by_page);
+        let tid_of = |t: u32| {
+            let task = tasks.get(t as usize)?;
+            (!task.exited).then_some(task.tid)
+        };
+        for back in self.edges.tick(self.poll_ns, paged, tid_of) {
+            for (x, y) in [(back.a, back.b), (back.b, back.a)] {
+                if let Some(n) = self
+                    .page_counts
+                    .get_mut(x as usize)
+                    .and_then(|r| r.get_mut(y as usize))
+                {
+                    *n = n.saturating_sub(back.events);
+                }
+            }
+        }
     }
 
     /// Whether the matrix pairs process `pid`'s threads by page (see [`Granules::by_page`]).
@@ -1296,6 +1370,7 @@ impl Session {
     pub fn age(&mut self) {
         age_rows(&mut self.counts);
         age_rows(&mut self.page_counts);
+        self.edges.age();
     }
 
     /// The counters now (reads the agents' ring headers and this process's rusage).
@@ -1313,6 +1388,12 @@ impl Session {
                 pids.sort_unstable();
                 pids
             },
+            page_edges_probed: self.edges.probes,
+            page_edge_pages_apart: self.edges.pages_apart,
+            page_edges_apart: self.edges.apart,
+            page_edges_shared: self.edges.shared,
+            page_events_apart: self.edges.events_dropped,
+            watchpoints_refused: self.edges.unavailable.clone(),
             faults_per_s: self.faults as f64 / elapsed.max(1e-9),
             perf_lost: self.perf.as_ref().map_or(0, |p| p.lost),
             table_bytes: self.table.memory_bytes(),
@@ -1405,7 +1486,7 @@ struct Granules {
 
 impl Granules {
     /// Whether to pair the process's threads by page rather than by block: when blocks saw
-    /// under an eighth of what pages saw, on pages that pair the same two tasks again and
+    /// under a fifth of what pages saw, on pages that pair the same two tasks again and
     /// again (1.5 events a page or more) and seldom a third (one page crowded for eight
     /// paired at most). Then the threads share pages but enter them at different blocks:
     /// Fortran arrays in a COMMON block that starts inside a page, where two tiles' sweeps

@@ -175,6 +175,8 @@ pub struct PageTable {
     table: SharerTable,
     /// Per slot of `table`: what its page has shown so far.
     state: Vec<PageState>,
+    /// Per slot: where in the page each accessor of the list faulted (bytes), in its order.
+    offsets: Vec<[u16; WAYS]>,
 }
 
 /// What a page of the [`PageTable`] has shown since it took its slot.
@@ -193,37 +195,52 @@ impl PageTable {
     pub fn new(slots: usize) -> PageTable {
         let table = SharerTable::new(slots);
         let state = vec![PageState::Fresh; table.slots()];
-        PageTable { table, state }
+        let offsets = vec![[0; WAYS]; table.slots()];
+        PageTable {
+            table,
+            state,
+            offsets,
+        }
     }
 
-    /// As [`SharerTable::record_at`], but no events from a crowded page. Returns the page's
-    /// state before and after the fault.
+    /// As [`SharerTable::record_at`] for a fault at byte `offset` of the page, but no events
+    /// from a crowded page; `partner` gets each partner with where its own last fault on the
+    /// page was. Returns the page's state before and after the fault.
     pub fn record_at(
         &mut self,
         key: u64,
         task: u32,
+        offset: u16,
         now_ms: u32,
         keep_ms: u32,
-        mut partner: impl FnMut(u32),
+        mut partner: impl FnMut(u32, u16),
     ) -> (PageState, PageState) {
         let i = self.table.index(key);
         if self.table.slots[i].key != key || self.table.slots[i].tasks[0] == EMPTY {
             self.state[i] = PageState::Fresh;
         }
         let before = self.state[i];
+        let (listed, offsets) = (self.table.slots[i].tasks, self.offsets[i]);
         let mut partners = [0u32; WAYS];
         let mut n = 0;
         self.table.record_at(key, task, now_ms, keep_ms, |q| {
             partners[n] = q;
             n += 1;
         });
+        // The list moved down by one, as the table's did.
+        self.offsets[i].copy_within(0..WAYS - 1, 1);
+        self.offsets[i][0] = offset;
         self.state[i] = match (before, n) {
             (PageState::Crowded, _) | (_, 2..) => PageState::Crowded,
             (PageState::Fresh, 0) => PageState::Fresh,
             _ => PageState::Paired,
         };
         if self.state[i] != PageState::Crowded {
-            partners[..n].iter().for_each(|&q| partner(q));
+            for &q in &partners[..n] {
+                // Its newest entry, the one the table paired.
+                let j = listed.iter().position(|&x| x == q + 1).unwrap_or(0);
+                partner(q, offsets[j]);
+            }
         }
         (before, self.state[i])
     }
@@ -234,11 +251,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn page_table_gives_each_partner_where_it_last_faulted_on_the_page() {
+        let mut t = PageTable::new(64);
+        let mut events = |task, offset| {
+            let mut v = Vec::new();
+            t.record_at(9, task, offset, 0, u32::MAX, |q, o| v.push((q, o)));
+            v
+        };
+        assert_eq!(events(0, 0x10), vec![]);
+        assert_eq!(events(1, 0x300), vec![(0, 0x10)]);
+        assert_eq!(events(0, 0x20), vec![(1, 0x300)]);
+        // Task 0's newest fault (0x20), not its first.
+        assert_eq!(events(1, 0x308), vec![(0, 0x20)]);
+    }
+
+    #[test]
     fn page_table_pairs_two_tasks_and_stops_at_a_third() {
         let mut t = PageTable::new(64);
         let events = |t: &mut PageTable, key, task| {
             let mut v = Vec::new();
-            let states = t.record_at(key, task, 0, u32::MAX, |q| v.push(q));
+            let states = t.record_at(key, task, 0, 0, u32::MAX, |q, _| v.push(q));
             (v, states.1)
         };
         use PageState::*;

@@ -220,6 +220,13 @@ impl Observer for Detected {
             });
         }
         let st = self.session.stats();
+        if let Some(edges) = st.page_edges_note() {
+            let pids: Vec<String> = st.page_mode_pids.iter().map(u32::to_string).collect();
+            notes.push(format!(
+                "page mode: the threads of process {} are paired by page; {edges}",
+                pids.join(", ")
+            ));
+        }
         notes.push(format!(
             "sharer table: {} slots, {} KiB, {} evictions; {} faults, {} communication events",
             st.table_slots,
