@@ -1246,7 +1246,8 @@ impl Session {
     /// the events of edges found apart.
     fn probe_edges(&mut self) {
         let (tasks, granules) = (&self.tasks, &self.granule_events);
-        let paged = |pid: u32| granules.get(&pid).is_some_and(Granules::by_page);
+        let watched = self.edges.unavailable.is_none();
+        let paged = |pid: u32| granules.get(&pid).is_some_and(|g| g.by_page(watched));
         let tid_of = |t: u32| {
             let task = tasks.get(t as usize)?;
             (!task.exited).then_some(task.tid)
@@ -1266,7 +1267,8 @@ impl Session {
 
     /// Whether the matrix pairs process `pid`'s threads by page (see [`Granules::by_page`]).
     fn page_mode(&self, pid: u32) -> bool {
-        self.granule_events.get(&pid).is_some_and(Granules::by_page)
+        let watched = self.edges.unavailable.is_none();
+        (self.granule_events.get(&pid)).is_some_and(|g| g.by_page(watched))
     }
 
     /// Whether a fault of process `pid` on its private memory is to stay out of the sharer
@@ -1486,17 +1488,19 @@ struct Granules {
 
 impl Granules {
     /// Whether to pair the process's threads by page rather than by block: when blocks saw
-    /// under a fifth of what pages saw, on pages that pair the same two tasks again and
-    /// again (1.5 events a page or more) and seldom a third (one page crowded for eight
-    /// paired at most). Then the threads share pages but enter them at different blocks:
-    /// Fortran arrays in a COMMON block that starts inside a page, where two tiles' sweeps
-    /// enter an edge page 768 bytes apart and blocks see none of it (docs/detect.md). Tasks
-    /// writing their own blocks of shared pages (`false-sharing`) pair each page about once
-    /// or crowd it, and stay by block.
-    fn by_page(&self) -> bool {
+    /// under a fifth of what pages saw, on pages that seldom a third task touches (one page
+    /// crowded for eight paired at most). Then the threads share pages but enter them at
+    /// different blocks: Fortran arrays in a COMMON block that starts inside a page, where
+    /// two tiles' sweeps enter an edge page 768 bytes apart and blocks see none of it
+    /// (docs/detect.md). Tasks writing their own blocks of shared pages (`false-sharing`)
+    /// crowd them, and with two tasks the page edges' watchpoints (`watched`: not refused)
+    /// find them apart. Without watchpoints the pages must also pair the same two tasks again
+    /// and again (1.5 events a page or more), which false sharing seldom does; that took
+    /// until 2 s of the Fortran stencil's run, the watchpoints 0.5 s (2026-11-27).
+    fn by_page(&self, watched: bool) -> bool {
         self.page_events >= PAGE_MODE_MIN_EVENTS
             && self.block_events * PAGE_MODE_RATIO < self.page_events
-            && 2 * self.page_events >= 3 * self.paired_pages
+            && (watched || 2 * self.page_events >= 3 * self.paired_pages)
             && self.crowded_pages * 8 <= self.paired_pages
     }
 }
@@ -1698,17 +1702,23 @@ mod tests {
             paired_pages,
             crowded_pages,
         };
-        // Measured (huddle detect, 2026-11-26): layout-f stencil x4 and halo x4.
-        assert!(g(0, 263, 88, 0).by_page());
-        assert!(g(50, 472, 15, 0).by_page());
-        // layout-f stencil x4 at a floor of 2000 pages/s: many pages, each paired about twice.
-        assert!(g(1, 2311, 1202, 1).by_page());
-        // false-sharing x8: a page pairs once, then a third task crowds it.
-        assert!(!g(2, 1092, 1009, 239).by_page());
-        // layout-c stencil x4: blocks see enough.
-        assert!(!g(231, 334, 35, 1).by_page());
-        // Too few events to say.
-        assert!(!g(0, 20, 5, 0).by_page());
+        for watched in [false, true] {
+            // Measured (huddle detect, 2026-11-26): layout-f stencil x4 and halo x4.
+            assert!(g(0, 263, 88, 0).by_page(watched));
+            assert!(g(50, 472, 15, 0).by_page(watched));
+            // layout-f stencil x4 at a floor of 2000 pages/s: many pages, each paired about twice.
+            assert!(g(1, 2311, 1202, 1).by_page(watched));
+            // false-sharing x8: a page pairs once, then a third task crowds it.
+            assert!(!g(2, 1092, 1009, 239).by_page(watched));
+            // layout-c stencil x4: blocks see enough.
+            assert!(!g(231, 334, 35, 1).by_page(watched));
+            // Too few events to say.
+            assert!(!g(0, 20, 5, 0).by_page(watched));
+        }
+        // Early in a run most pages have paired once: by page only where watchpoints will
+        // take false sharing back.
+        assert!(g(0, 40, 35, 0).by_page(true));
+        assert!(!g(0, 40, 35, 0).by_page(false));
     }
 
     #[test]
