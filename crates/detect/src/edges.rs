@@ -49,6 +49,10 @@ const PAGES_KEPT: usize = 12;
 const RETRY_NS: u64 = 300_000_000;
 /// Watchpoints per thread: x86's four debug registers.
 const PER_TASK: u8 = 4;
+/// Edges remembered at most (about 200 bytes each): a program whose threads enter pages at
+/// ever new offsets makes a new edge per event, and events of an edge past this many count
+/// as they did before page edges.
+pub const MAX_EDGES: usize = 16_384;
 
 /// Two tasks (matrix rows) and where each entered a page, the lower offset first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -176,6 +180,9 @@ impl PageEdges {
     /// Notes one page event between two tasks of process `pid` on the page at `page`;
     /// returns whether it counts (false on an edge found apart).
     pub fn event(&mut self, pid: u32, key: EdgeKey, page: u64) -> bool {
+        if self.edges.len() >= MAX_EDGES && !self.edges.contains_key(&key) {
+            return true;
+        }
         let e = self.edges.entry(key).or_insert(Edge {
             pid,
             events: 0,
@@ -373,6 +380,23 @@ mod tests {
         // No sweep: tried again, then kept as shared.
         assert_eq!(judge(false, false, 0, 3, MAX_TRIES - 1), Unknown);
         assert_eq!(judge(false, false, 0, 3, MAX_TRIES), Shared);
+    }
+
+    #[test]
+    fn edges_past_the_cap_count_and_are_not_remembered() {
+        let mut edges = PageEdges::default();
+        let key = |i: usize| {
+            EdgeKey::of((0, 0), (1, 8 + 8 * (i % 500) as u16)).map(|mut k| {
+                k.hi_task = 1 + (i / 500) as u32;
+                k
+            })
+        };
+        for i in 0..MAX_EDGES {
+            assert!(edges.event(7, key(i).unwrap(), 0x1000));
+        }
+        let past = key(MAX_EDGES).unwrap();
+        assert!(edges.event(7, past, 0x1000));
+        assert_eq!((edges.edges.len(), edges.verdict(&past)), (MAX_EDGES, None));
     }
 
     /// A thread of this test process that touches `words` (8-byte words of `pages`) again

@@ -210,14 +210,14 @@ pub struct Stats {
     pub page_comm_events: u64,
     /// Processes whose threads the matrix pairs by page (see `Session::page_mode`).
     pub page_mode_pids: Vec<u32>,
-    /// Page edges (two threads entering pages at different offsets, edges.rs) probed with
-    /// watchpoints, found apart (false sharing of the page) and found shared.
+    /// Probes of page edges (two threads entering pages at different offsets, edges.rs)
+    /// with watchpoints.
     pub page_edges_probed: u64,
     /// Pages of those edges probed apart.
     pub page_edge_pages_apart: u64,
-    /// See `page_edges_probed`.
+    /// Page edges found apart (false sharing on every page probed), and found shared.
     pub page_edges_apart: u64,
-    /// See `page_edges_probed`.
+    /// See `page_edges_apart`.
     pub page_edges_shared: u64,
     /// Page events of edges found apart: taken back, or not counted.
     pub page_events_apart: u64,
