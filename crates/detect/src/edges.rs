@@ -216,6 +216,11 @@ impl PageEdges {
         true
     }
 
+    /// Whether a probe is running (its watchpoints are set).
+    pub fn probing(&self) -> bool {
+        self.in_use.values().any(|&n| n > 0)
+    }
+
     /// What is known of edge `key`.
     pub fn verdict(&self, key: &EdgeKey) -> Option<Verdict> {
         self.edges.get(key).map(|e| e.verdict)

@@ -1248,6 +1248,11 @@ impl Session {
         let (tasks, granules) = (&self.tasks, &self.granule_events);
         let watched = self.edges.unavailable.is_none();
         let paged = |pid: u32| granules.get(&pid).is_some_and(|g| g.by_page(watched));
+        // Edges are noted for every process; only those in page mode are probed, and most
+        // programs have none: no walk over the edges at every poll for them.
+        if !self.edges.probing() && !granules.keys().any(|&pid| paged(pid)) {
+            return;
+        }
         let tid_of = |t: u32| {
             let task = tasks.get(t as usize)?;
             (!task.exited).then_some(task.tid)
