@@ -378,6 +378,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             eprintln!("huddle: note: {edges} (docs/detect.md, page edges)");
         }
     }
+    if let Some(proven) = stats.proven_note() {
+        eprintln!("huddle: note: {proven} (docs/detect.md, page edges)");
+    }
     // The helpers' CPU is part of the target's; the program's own is what is left.
     let cost = match stats.target_cpu_s {
         Some(t) if t - stats.agent_cpu_s > 0.0 => format!(

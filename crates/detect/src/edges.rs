@@ -26,6 +26,15 @@
 //! different pages of it (or every page it was seen on, if fewer, but two) were probed apart
 //! and none crossed; then all its events are taken back and later ones not counted. Pairs
 //! that enter a page at the same word touch the same data and are never probed.
+//!
+//! Outside page mode the same probes add what blocks miss: two threads that enter a page in
+//! different blocks pair on no block, though one may read the other's data across the edge
+//! (a C row-major stencil: each row's east neighbour enters the page at its last word, the
+//! owner at the first). An edge is proven when a probe saw the lower thread touch the word
+//! the higher one entered at: both touched that word. Its events, those tallied before the
+//! proof included, then count beside the blocks' (`Tick::proven`). The higher thread
+//! touching the word below its entry is no proof there: a thread that loops over its own
+//! data enters a page wherever the re-arm found it, and the word below can be its own.
 
 use crate::watch::Watchpoint;
 use std::collections::HashMap;
@@ -49,6 +58,8 @@ const PAGES_KEPT: usize = 12;
 const RETRY_NS: u64 = 300_000_000;
 /// Watchpoints per thread: x86's four debug registers.
 const PER_TASK: u8 = 4;
+/// Edges' probes are ended and started at most this often (a walk over all edges).
+const TICK_NS: u64 = 5_000_000;
 /// Edges remembered at most (about 200 bytes each): a program whose threads enter pages at
 /// ever new offsets makes a new edge per event, and events of an edge past this many count
 /// as they did before page edges.
@@ -84,6 +95,12 @@ impl EdgeKey {
             hi_off: hi.1 & !7,
         })
     }
+
+    /// Whether the two entry offsets lie in different blocks of `1 << shift` bytes (blocks
+    /// pair no task on this edge).
+    pub fn across_blocks(&self, shift: u32) -> bool {
+        (self.lo_off as u32) >> shift != (self.hi_off as u32) >> shift
+    }
 }
 
 /// What the probes said of an edge.
@@ -117,6 +134,8 @@ struct Edge {
     /// The first distinct pages it was seen on.
     pages: Vec<EdgePage>,
     verdict: Verdict,
+    /// A probe saw the lower thread touch the word the higher one entered at.
+    proven: bool,
     probe: Option<Probe>,
     tries: u8,
     next_probe_ns: u64,
@@ -155,10 +174,23 @@ pub struct TakeBack {
     pub events: u64,
 }
 
+/// What a [`PageEdges::tick`] found.
+#[derive(Debug, Default)]
+pub struct Tick {
+    /// Edges and pages found apart: their events to take back from the page matrix.
+    pub apart: Vec<TakeBack>,
+    /// Edges just proven shared (a probe saw both threads touch one word), with the events
+    /// counted on them so far.
+    pub proven: Vec<(EdgeKey, u64)>,
+}
+
 /// Every edge seen, with its probe if one is running.
 #[derive(Default)]
 pub struct PageEdges {
     edges: HashMap<EdgeKey, Edge>,
+    /// Edges with no verdict yet (probes may still come).
+    open: usize,
+    last_tick_ns: u64,
     /// Watchpoints set per task.
     in_use: HashMap<u32, u8>,
     /// Why no watchpoint can be set in this session, once one failed for a reason that holds
@@ -189,10 +221,14 @@ impl PageEdges {
             seen: 0,
             pages: Vec::new(),
             verdict: Verdict::Unknown,
+            proven: false,
             probe: None,
             tries: 0,
             next_probe_ns: 0,
         });
+        if e.seen == 0 {
+            self.open += 1;
+        }
         let i = match e.pages.iter().position(|p| p.page == page) {
             None if e.pages.len() < PAGES_KEPT => {
                 e.pages.push(EdgePage {
@@ -221,27 +257,43 @@ impl PageEdges {
         self.in_use.values().any(|&n| n > 0)
     }
 
+    /// Whether some edge has no verdict yet.
+    pub fn open(&self) -> bool {
+        self.open > 0
+    }
+
     /// What is known of edge `key`.
     pub fn verdict(&self, key: &EdgeKey) -> Option<Verdict> {
         self.edges.get(key).map(|e| e.verdict)
     }
 
-    /// Ends the probes that ran [`PROBE_NS`] and starts new ones on edges of processes for
-    /// which `probe_pid` says yes; `tid_of(task)` is a live task's thread id (None: gone).
-    /// Returns the edges found apart, whose events the caller takes back.
+    /// Whether a probe saw both threads of edge `key` touch one word (the lower thread the
+    /// word the higher one entered at).
+    pub fn proven(&self, key: &EdgeKey) -> bool {
+        self.edges.get(key).is_some_and(|e| e.proven)
+    }
+
+    /// Ends the probes that ran [`PROBE_NS`] and starts new ones on edges for which
+    /// `wanted(pid, key)` says yes; `tid_of(task)` is a live task's thread id (None: gone).
+    /// Does nothing within [`TICK_NS`] of the last time it ran.
     pub fn tick(
         &mut self,
         now_ns: u64,
-        probe_pid: impl Fn(u32) -> bool,
+        wanted: impl Fn(u32, &EdgeKey) -> bool,
         tid_of: impl Fn(u32) -> Option<u32>,
-    ) -> Vec<TakeBack> {
-        let mut back = Vec::new();
+    ) -> Tick {
+        let mut found = Tick::default();
+        if now_ns < self.last_tick_ns + TICK_NS {
+            return found;
+        }
+        self.last_tick_ns = now_ns;
+        let back = &mut found.apart;
         for (key, e) in self.edges.iter_mut() {
             if (e.probe.as_ref()).is_none_or(|p| now_ns.saturating_sub(p.started_ns) < PROBE_NS) {
                 continue;
             }
             let Some(p) = e.probe.take() else { continue };
-            let crossed = p.lo_cross.hit() || p.hi_cross.hit();
+            let (one_word, crossed) = (p.lo_cross.hit(), p.lo_cross.hit() || p.hi_cross.hit());
             let swept = p.lo_own.hit() && p.hi_own.hit();
             for t in [key.lo_task, key.hi_task] {
                 if let Some(n) = self.in_use.get_mut(&t) {
@@ -263,6 +315,10 @@ impl PageEdges {
             }
             let apart = e.pages.iter().filter(|q| q.apart).count();
             e.verdict = judge(crossed, swept, apart, e.pages.len(), e.tries);
+            if one_word && !e.proven {
+                e.proven = true;
+                found.proven.push((*key, e.events));
+            }
             match e.verdict {
                 Verdict::Shared => self.shared += 1,
                 Verdict::Apart => {
@@ -283,7 +339,8 @@ impl PageEdges {
             }
         }
         if self.unavailable.is_some() {
-            return back;
+            self.count_open();
+            return found;
         }
         for (key, e) in self.edges.iter_mut() {
             let free = |t: &u32, in_use: &HashMap<u32, u8>| {
@@ -293,7 +350,7 @@ impl PageEdges {
                 || e.probe.is_some()
                 || e.seen < MIN_EVENTS
                 || now_ns < e.next_probe_ns
-                || !probe_pid(e.pid)
+                || !wanted(e.pid, key)
                 || !free(&key.lo_task, &self.in_use)
                 || !free(&key.hi_task, &self.in_use)
             {
@@ -339,7 +396,14 @@ impl PageEdges {
                 },
             }
         }
-        back
+        self.count_open();
+        found
+    }
+
+    fn count_open(&mut self) {
+        self.open = (self.edges.values())
+            .filter(|e| e.verdict == Verdict::Unknown)
+            .count();
     }
 
     /// CDSM ageing, as the matrix's: an edge's events to take back age with the counts.
@@ -442,26 +506,39 @@ mod tests {
     }
 
     /// Probes edge `key`, seen once on each of the two `pages`, whose tasks 0 and 1 are `a`
-    /// and `b`, until it has a verdict; the verdict and the events taken back. None when
-    /// this machine has no hardware watchpoints.
-    fn probe(pages: &Pages, key: EdgeKey, a: Sweeper, b: Sweeper) -> Option<(Verdict, u64)> {
+    /// and `b`, until it has a verdict; the verdict, the events taken back and whether it
+    /// was proven. None when this machine has no hardware watchpoints.
+    fn probe(pages: &Pages, key: EdgeKey, a: Sweeper, b: Sweeper) -> Option<(Verdict, u64, bool)> {
         let mut edges = PageEdges::default();
         let base = pages.0.as_ptr() as u64;
         assert!(edges.event(7, key, base) && edges.event(7, key, base + 4096));
         let tids = [a.tid, b.tid];
         let t0 = crate::session::monotonic_ns();
-        let mut back = 0;
+        let (mut back, mut proven) = (0, Vec::new());
         let verdict = loop {
             let now = crate::session::monotonic_ns();
-            let taken = edges.tick(now, |pid| pid == 7, |t| tids.get(t as usize).copied());
-            back += taken.iter().map(|b| b.events).sum::<u64>();
+            let found = edges.tick(now, |pid, _| pid == 7, |t| tids.get(t as usize).copied());
+            back += found.apart.iter().map(|b| b.events).sum::<u64>();
+            proven.extend(found.proven);
             if let Some(why) = &edges.unavailable {
                 eprintln!("{why}: nothing to check on this machine");
                 break None;
             }
             let v = edges.verdict(&key).unwrap();
             if v != Verdict::Unknown || now - t0 > 5_000_000_000 {
-                break Some((v, back));
+                // Proven at most once, with the events noted on pages not found apart
+                // before it.
+                let one_word = edges.proven(&key);
+                assert_eq!(
+                    proven,
+                    if one_word {
+                        vec![(key, 2 - back)]
+                    } else {
+                        vec![]
+                    }
+                );
+                assert_eq!(edges.open(), v == Verdict::Unknown);
+                break Some((v, back, one_word));
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         };
@@ -494,12 +571,19 @@ mod tests {
         ) else {
             return;
         };
-        assert_eq!(verdict, (Verdict::Apart, 2));
+        assert_eq!(verdict, (Verdict::Apart, 2, false));
         // Task 0 reads one word across on the second page only (a neighbour read in one of
         // two arrays): shared.
         let mut across = own(&low);
         across.push(512 + 96);
         let verdict = probe(pages, key, sweep(pages, across), sweep(pages, own(&high)));
-        assert_eq!(verdict.map(|v| v.0), Some(Verdict::Shared));
+        assert_eq!(verdict.map(|v| (v.0, v.2)), Some((Verdict::Shared, true)));
+        // Task 1 reads the word below its entry on the second page (as a Fortran stencil
+        // reads its neighbour's last word): shared, but not proven, since that word could
+        // be task 1's own for all the probe knows.
+        let mut below = own(&high);
+        below.push(512 + 95);
+        let verdict = probe(pages, key, sweep(pages, own(&low)), sweep(pages, below));
+        assert_eq!(verdict.map(|v| (v.0, v.2)), Some((Verdict::Shared, false)));
     }
 }

@@ -221,6 +221,9 @@ pub struct Stats {
     pub page_edges_shared: u64,
     /// Page events of edges found apart: taken back, or not counted.
     pub page_events_apart: u64,
+    /// Page events on edges proven shared whose threads enter in different blocks: added
+    /// to the block counts outside page mode (edges.rs).
+    pub page_events_proven: u64,
     /// Why no page edge could be probed (no hardware watchpoints, no permission).
     pub watchpoints_refused: Option<String>,
     /// `faults / elapsed_s`.
@@ -267,6 +270,17 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// What proven page edges added to the block counts, if anything (in page mode every
+    /// page event counts anyway).
+    pub fn proven_note(&self) -> Option<String> {
+        (self.page_events_proven > 0 && self.page_mode_pids.is_empty()).then(|| {
+            format!(
+                "{} page events where two threads enter a page in different blocks counted with the blocks' (page edges proven shared by watchpoints)",
+                self.page_events_proven
+            )
+        })
+    }
+
     /// What the page-edge probes found (docs/detect.md, page edges), for notes; None while no
     /// process is in page mode.
     pub fn page_edges_note(&self) -> Option<String> {
@@ -385,6 +399,10 @@ pub struct Session {
     pages: Option<PageTable>,
     /// Events the page table found, per task pair, as `counts`.
     page_counts: Vec<Vec<u64>>,
+    /// Page events on edges proven shared whose entry offsets lie in different blocks, per
+    /// task pair: what blocks miss of real sharing, counted with `counts` outside page mode.
+    proven_counts: Vec<Vec<u64>>,
+    page_events_proven: u64,
     /// Pairs that enter their pages at different offsets, and whether they share data
     /// across them (watchpoint probes; see edges.rs).
     edges: PageEdges,
@@ -494,6 +512,8 @@ impl Session {
             pages: (cfg.block_size < 1 << PAGE_SHIFT)
                 .then(|| PageTable::new((cfg.table_slots / PAGE_TABLE_SHARE).max(1024))),
             page_counts: Vec::new(),
+            proven_counts: Vec::new(),
+            page_events_proven: 0,
             edges: PageEdges::default(),
             granule_events: IdMap::default(),
             threads_of_pid: IdMap::default(),
@@ -1121,6 +1141,7 @@ impl Session {
         self.index.insert(key, i);
         self.counts.push(Vec::new());
         self.page_counts.push(Vec::new());
+        self.proven_counts.push(Vec::new());
         i
     }
 
@@ -1217,6 +1238,11 @@ impl Session {
             let page_key = mix(pid as u64 ^ 0x5041_4745) ^ (addr >> PAGE_SHIFT);
             let (page, offset) = (addr & !PAGE_MASK, (addr & PAGE_MASK) as u16);
             let (page_counts, edges) = (&mut self.page_counts, &mut self.edges);
+            let (proven_counts, proven, shift) = (
+                &mut self.proven_counts,
+                &mut self.page_events_proven,
+                self.shift,
+            );
             let mut page_events = 0;
             let record = |q: u32, q_offset| {
                 // Events of an edge found apart (false sharing of the page) do not count;
@@ -1224,6 +1250,10 @@ impl Session {
                 let edge = EdgeKey::of((t32, offset), (q, q_offset));
                 if edge.is_none_or(|e| edges.event(pid, e, page)) {
                     add_event(page_counts, t, q as usize);
+                    if edge.is_some_and(|e| e.across_blocks(shift) && edges.proven(&e)) {
+                        add_event(proven_counts, t, q as usize);
+                        *proven += 1;
+                    }
                 }
                 page_events += 1;
             };
@@ -1242,22 +1272,35 @@ impl Session {
         true
     }
 
-    /// Runs the page edges' probes (edges.rs) for processes in page mode, and takes back
-    /// the events of edges found apart.
+    /// Runs the page edges' probes (edges.rs): every edge of a process in page mode, and
+    /// outside it the edges whose threads enter in different blocks (what blocks miss);
+    /// takes back the events of edges found apart and adds those of edges proven shared.
     fn probe_edges(&mut self) {
         let (tasks, granules) = (&self.tasks, &self.granule_events);
         let watched = self.edges.unavailable.is_none();
         let paged = |pid: u32| granules.get(&pid).is_some_and(|g| g.by_page(watched));
-        // Edges are noted for every process; only those in page mode are probed, and most
-        // programs have none: no walk over the edges at every poll for them.
-        if !self.edges.probing() && !granules.keys().any(|&pid| paged(pid)) {
+        // Most programs have no edge to probe: no walk over the edges at every poll then.
+        let work = self.edges.probing()
+            || (watched && self.edges.open())
+            || granules.keys().any(|&pid| paged(pid));
+        if !work {
             return;
         }
+        let shift = self.shift;
+        let wanted = |pid: u32, key: &EdgeKey| key.across_blocks(shift) || paged(pid);
         let tid_of = |t: u32| {
             let task = tasks.get(t as usize)?;
             (!task.exited).then_some(task.tid)
         };
-        for back in self.edges.tick(self.poll_ns, paged, tid_of) {
+        let found = self.edges.tick(self.poll_ns, wanted, tid_of);
+        for (key, events) in found.proven {
+            if key.across_blocks(shift) {
+                let (a, b) = (key.lo_task as usize, key.hi_task as usize);
+                add_events(&mut self.proven_counts, a, b, events);
+                self.page_events_proven += events;
+            }
+        }
+        for back in found.apart {
             for (x, y) in [(back.a, back.b), (back.b, back.a)] {
                 if let Some(n) = self
                     .page_counts
@@ -1325,15 +1368,15 @@ impl Session {
     }
 
     /// Events between tasks `a` and `b`: by page between two threads of a process in page
-    /// mode (`paged`, from [`Session::paged_tasks`]), by block otherwise.
+    /// mode (`paged`, from [`Session::paged_tasks`]), by block and on proven page edges
+    /// otherwise.
     fn count(&self, a: usize, b: usize, paged: &[bool]) -> u64 {
-        let by_page = paged[a] && self.tasks[a].pid == self.tasks[b].pid;
-        let rows = if by_page {
-            &self.page_counts
+        let at = |rows: &[Vec<u64>]| rows.get(a).and_then(|r| r.get(b)).copied().unwrap_or(0);
+        if paged[a] && self.tasks[a].pid == self.tasks[b].pid {
+            at(&self.page_counts)
         } else {
-            &self.counts
-        };
-        rows.get(a).and_then(|r| r.get(b)).copied().unwrap_or(0)
+            at(&self.counts) + at(&self.proven_counts)
+        }
     }
 
     /// Total communication of each task (row sums).
@@ -1377,6 +1420,7 @@ impl Session {
     pub fn age(&mut self) {
         age_rows(&mut self.counts);
         age_rows(&mut self.page_counts);
+        age_rows(&mut self.proven_counts);
         self.edges.age();
     }
 
@@ -1400,6 +1444,7 @@ impl Session {
             page_edges_apart: self.edges.apart,
             page_edges_shared: self.edges.shared,
             page_events_apart: self.edges.events_dropped,
+            page_events_proven: self.page_events_proven,
             watchpoints_refused: self.edges.unavailable.clone(),
             faults_per_s: self.faults as f64 / elapsed.max(1e-9),
             perf_lost: self.perf.as_ref().map_or(0, |p| p.lost),
@@ -1512,12 +1557,17 @@ impl Granules {
 
 /// Counts one event between tasks `a` and `b` in both directions.
 fn add_event(rows: &mut [Vec<u64>], a: usize, b: usize) {
+    add_events(rows, a, b, 1);
+}
+
+/// Counts `n` events between tasks `a` and `b` in both directions.
+fn add_events(rows: &mut [Vec<u64>], a: usize, b: usize, n: u64) {
     for (x, y) in [(a, b), (b, a)] {
         let row = &mut rows[x];
         if row.len() <= y {
             row.resize(y + 1, 0);
         }
-        row[y] += 1;
+        row[y] += n;
     }
 }
 

@@ -227,6 +227,9 @@ impl Observer for Detected {
                 pids.join(", ")
             ));
         }
+        if let Some(proven) = st.proven_note() {
+            notes.push(proven);
+        }
         notes.push(format!(
             "sharer table: {} slots, {} KiB, {} evictions; {} faults, {} communication events",
             st.table_slots,
