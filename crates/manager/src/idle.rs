@@ -56,23 +56,34 @@ impl IdleTracker {
     /// [`IdleTracker::is_idle`] this forgets at once a launcher that initialised and now
     /// waits.
     pub fn ran_lately(&self, tid: u32, t: f64, window: f64) -> bool {
+        self.share_lately(tid, t, window) > 0.0
+    }
+
+    /// The share of one CPU `tid` used over the span [`IdleTracker::ran_lately`] looks at (a
+    /// task sampled once: what it used since it started, over `window`); 0 if never seen.
+    pub fn share_lately(&self, tid: u32, t: f64, window: f64) -> f64 {
         let Some(s) = self.samples.get(&tid) else {
-            return false;
+            return 0.0;
         };
-        let Some(&(_, newest)) = s.back() else {
-            return false;
+        let Some(&(newest_t, newest)) = s.back() else {
+            return 0.0;
         };
         if s.len() == 1 {
-            return newest > 0.0;
+            return newest / window;
         }
-        let before = s
+        let (then_t, then) = s
             .iter()
             .rev()
             .skip(1)
             .find(|&&(ts, _)| ts <= t - window)
             .or(s.front())
-            .map_or(newest, |&(_, cpu)| cpu);
-        newest > before
+            .copied()
+            .unwrap_or((newest_t, newest));
+        if newest_t > then_t {
+            (newest - then) / (newest_t - then_t)
+        } else {
+            0.0
+        }
     }
 
     /// Forgets tasks not in `live` (they exited).
@@ -101,6 +112,15 @@ mod tests {
         assert!(!t.ran_lately(3, 0.2, 0.1), "never seen");
         t.observe(4, 0.2, 0.01);
         assert!(t.ran_lately(4, 0.2, 0.1), "sampled once, after it ran");
+        assert!(
+            (t.share_lately(2, 0.2, 0.1) - 1.0).abs() < 1e-9,
+            "a whole CPU"
+        );
+        assert_eq!(t.share_lately(1, 0.2, 0.1), 0.0);
+        assert!(
+            (t.share_lately(4, 0.2, 0.1) - 0.1).abs() < 1e-9,
+            "0.01 s over the window"
+        );
     }
 
     #[test]

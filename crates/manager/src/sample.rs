@@ -144,17 +144,17 @@ impl Sampler {
         s.keep_where(&busy);
     }
 
-    /// Which of the sampled tasks used CPU over about the last `window` seconds
-    /// ([`IdleTracker::ran_lately`]), in `s.live` order.
-    pub fn ran_lately(
+    /// The share of a CPU each sampled task used over about the last `window` seconds
+    /// ([`IdleTracker::share_lately`]), in `s.live` order.
+    pub fn shares_lately(
         &self,
         s: &Sampled,
         tasks: &[ObservedTask],
         t: f64,
         window: f64,
-    ) -> Vec<bool> {
+    ) -> Vec<f64> {
         (s.tids(tasks).iter())
-            .map(|&tid| self.idle.ran_lately(tid, t, window))
+            .map(|&tid| self.idle.share_lately(tid, t, window))
             .collect()
     }
 
