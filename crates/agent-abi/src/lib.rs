@@ -5,13 +5,65 @@
 //!   counters, and through which the detector hands it its re-arm floor;
 //! - [`env`](mod@env): the `HUDDLE_AGENT_*` variables that configure the agent;
 //! - [`maps`]: lines of /proc/PID/maps, parsed without allocating, as both read them;
-//! - [`busy`]: whether two threads of a process or more are busy, as both judge it.
+//! - [`busy`]: whether two threads of a process or more are busy, as both judge it;
+//! - [`is_mpi_launcher`]: the MPI launchers and daemons, where the agent stays inert.
 
 #![warn(missing_docs)]
 
 pub mod busy;
 pub mod maps;
 pub mod ring;
+
+/// Whether an executable's file name (`mpirun.openmpi`, `hydra_pmi_proxy`) names an MPI
+/// launcher or launcher daemon: the part before the first dot is one of theirs. They start
+/// and wait for the ranks and compute nothing, so the agent stays inert in them (and in the
+/// children they fork before those exec a rank): there it only delayed each rank's launch.
+pub fn is_mpi_launcher(name: &[u8]) -> bool {
+    let stem = name.split(|&c| c == b'.').next().unwrap_or_default();
+    const LAUNCHERS: [&[u8]; 7] = [
+        b"mpirun",
+        b"mpiexec",
+        b"orterun",
+        b"prterun",
+        b"orted",
+        b"prted",
+        b"hydra_pmi_proxy",
+    ];
+    LAUNCHERS.iter().any(|l| stem.eq_ignore_ascii_case(l))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_mpi_launcher;
+
+    #[test]
+    fn launchers_and_their_daemons_are_told_from_programs() {
+        for l in [
+            "mpirun",
+            "mpirun.openmpi",
+            "mpiexec.hydra",
+            "mpiexec.mpich",
+            "orterun",
+            "orted",
+            "prted",
+            "hydra_pmi_proxy",
+        ] {
+            assert!(is_mpi_launcher(l.as_bytes()), "{l}");
+        }
+        for p in [
+            "lmp",
+            "gmx",
+            "hpcc",
+            "sorted",
+            "mpirunner",
+            "traffic",
+            "python3.11",
+            "",
+        ] {
+            assert!(!is_mpi_launcher(p.as_bytes()), "{p}");
+        }
+    }
+}
 
 /// The environment variables the agent reads (the detector sets them: `detect::agent_env`).
 pub mod env {

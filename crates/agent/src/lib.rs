@@ -439,6 +439,9 @@ fn start() {
     let Some(dir) = std::env::var_os(agent_env::DIR) else {
         return;
     };
+    if own_exe_is_mpi_launcher() {
+        return;
+    }
     // SAFETY: a fresh private anonymous mapping for State; zero is a valid State except
     // for the fields set below.
     unsafe {
@@ -535,6 +538,27 @@ fn start() {
             libc::pthread_attr_destroy(&mut attr);
         }
     }
+}
+
+/// Whether this process runs an MPI launcher ([`agent_abi::is_mpi_launcher`]): mpirun
+/// itself, or a child it forked that has not exec'd its rank yet. Without allocating: this
+/// also runs in a fork child of a threaded parent.
+fn own_exe_is_mpi_launcher() -> bool {
+    let mut buf = [0u8; 4096];
+    // SAFETY: readlink writes at most buf.len() bytes into buf.
+    let n = unsafe {
+        libc::readlink(
+            c"/proc/self/exe".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n <= 0 {
+        return false;
+    }
+    let path = &buf[..n as usize];
+    let name = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+    agent_abi::is_mpi_launcher(name)
 }
 
 const HELPER_STACK: usize = 256 << 10;

@@ -396,13 +396,9 @@ fn forwarded(c: &Common) -> anyhow::Result<Vec<String>> {
 
 /// Whether `resolved` (a canonical path) is an MPI launcher rather than an MPI program.
 fn is_launcher(resolved: &Path) -> bool {
-    let name = resolved
+    resolved
         .file_name()
-        .map(|n| n.to_string_lossy().to_lowercase())
-        .unwrap_or_default();
-    ["mpirun", "mpiexec", "orterun", "prterun", "hydra"]
-        .iter()
-        .any(|l| name.contains(l))
+        .is_some_and(|n| agent_abi::is_mpi_launcher(n.as_encoded_bytes()))
 }
 
 /// Whether `resolved` (a canonical path) is Slurm's srun, which starts the program itself on
