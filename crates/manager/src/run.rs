@@ -81,8 +81,11 @@ const TOO_FEW_WAIT_S: f64 = 1.0;
 /// A task that used CPU over this last span is running (see `idle::IdleTracker::ran_lately`).
 const RAN_LATELY_S: f64 = 0.1;
 /// Where more tasks ran than there are PUs, those that used at least this share of a CPU are
-/// the ones running (see [`running_now`]).
+/// the ones running, if each of the others used under [`LIGHT_SHARE`] (see [`running_now`]).
 const BUSY_SHARE: f64 = 0.5;
+/// See [`BUSY_SHARE`]: 4 threads sharing 2 PUs use about half a CPU each, some a little
+/// more, some a little less, and must all stay running.
+const LIGHT_SHARE: f64 = 0.25;
 /// How long one task more than the PUs must be running to wake a dormant agent.
 const RUN_OVER_S: f64 = 0.2;
 /// How long the tasks running must be no more than the PUs before the agents sleep.
@@ -90,7 +93,8 @@ const SLEEP_AFTER_S: f64 = 0.3;
 
 /// Which tasks run now, by the share of a CPU each used over the last span (`shares`, 0 for
 /// none): those that ran at all; where they outnumber the `pus`, only those that used at least
-/// [`BUSY_SHARE`] of a CPU, when all the others together used less than one. That is an MPI
+/// [`BUSY_SHARE`] of a CPU, when each of the others used under [`LIGHT_SHARE`] and all of them
+/// together less than one CPU. That is an MPI
 /// job starting: its ranks compute while the launcher and the ranks' helper threads run a
 /// little beside them. Counted as running, those held the ranks floating until MPI_Init was
 /// over (LAMMPS, 16 ranks on the 16-core lent machine: 21 tasks running at 0.48 s, pinned at
@@ -102,12 +106,13 @@ fn running_now(shares: &[f64], pus: usize) -> Vec<bool> {
         return ran;
     }
     let busy: Vec<bool> = shares.iter().map(|&s| s >= BUSY_SHARE).collect();
-    let rest: f64 = (shares.iter().zip(&busy))
+    let rest: Vec<f64> = (shares.iter().zip(&busy))
         .filter(|&(_, &b)| !b)
-        .map(|(s, _)| s)
-        .sum();
+        .map(|(&s, _)| s)
+        .collect();
+    let light = rest.iter().all(|&s| s < LIGHT_SHARE) && rest.iter().sum::<f64>() < 1.0;
     let n_busy = busy.iter().filter(|&&b| b).count();
-    if (1..=pus).contains(&n_busy) && rest < 1.0 {
+    if (1..=pus).contains(&n_busy) && light {
         busy
     } else {
         ran
@@ -702,8 +707,10 @@ mod tests {
         assert_eq!(running_now(&start, 4), busy);
         // Within the PUs: all that ran.
         assert_eq!(running_now(&start, 8), start.map(|s| s > 0.0).to_vec());
-        // Eight threads sharing two PUs: all run, none is left floating.
+        // Eight threads sharing two PUs: all run, none is left floating; four, some just
+        // over half a CPU and some just under: all run too.
         assert_eq!(running_now(&[0.25; 8], 2), vec![true; 8]);
+        assert_eq!(running_now(&[0.55, 0.52, 0.45, 0.48], 2), vec![true; 4]);
         // More busy tasks than PUs, or the rest together a whole CPU: all that ran.
         assert_eq!(running_now(&[1.0, 1.0, 1.0, 0.1], 2), vec![true; 4]);
         assert_eq!(running_now(&[1.0, 1.0, 0.4, 0.4, 0.3], 2), vec![true; 5]);
