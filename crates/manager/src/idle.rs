@@ -50,17 +50,11 @@ impl IdleTracker {
         t0 <= t - MIN_WATCH_S && t1 > t0 && (cpu1 - cpu0) < IDLE_SHARE * (t1 - t0)
     }
 
-    /// Whether `tid` used any CPU over about the last `window` seconds before `t` (from its
-    /// newest sample back to the newest one at least `window` older, or the oldest; a task
-    /// sampled once counts if it has used any CPU since it started). Unlike
-    /// [`IdleTracker::is_idle`] this forgets at once a launcher that initialised and now
-    /// waits.
-    pub fn ran_lately(&self, tid: u32, t: f64, window: f64) -> bool {
-        self.share_lately(tid, t, window) > 0.0
-    }
-
-    /// The share of one CPU `tid` used over the span [`IdleTracker::ran_lately`] looks at (a
-    /// task sampled once: what it used since it started, over `window`); 0 if never seen.
+    /// The share of one CPU `tid` used over about the last `window` seconds before `t` (from
+    /// its newest sample back to the newest one at least `window` older, or the oldest; a task
+    /// sampled once: what it used since it started, over `window`); 0 if never seen. Above 0:
+    /// it ran lately. Unlike [`IdleTracker::is_idle`] this forgets at once a launcher that
+    /// initialised and now waits.
     pub fn share_lately(&self, tid: u32, t: f64, window: f64) -> f64 {
         let Some(s) = self.samples.get(&tid) else {
             return 0.0;
@@ -106,12 +100,15 @@ mod tests {
             t.observe(2, now, now);
         }
         assert!(!t.is_idle(1, 0.2), "busy within the last second");
-        assert!(!t.ran_lately(1, 0.2, 0.1));
-        assert!(t.ran_lately(1, 0.1, 0.1));
-        assert!(t.ran_lately(2, 0.2, 0.1));
-        assert!(!t.ran_lately(3, 0.2, 0.1), "never seen");
+        assert_eq!(t.share_lately(1, 0.2, 0.1), 0.0);
+        assert!(t.share_lately(1, 0.1, 0.1) > 0.0);
+        assert!(t.share_lately(2, 0.2, 0.1) > 0.0);
+        assert_eq!(t.share_lately(3, 0.2, 0.1), 0.0, "never seen");
         t.observe(4, 0.2, 0.01);
-        assert!(t.ran_lately(4, 0.2, 0.1), "sampled once, after it ran");
+        assert!(
+            t.share_lately(4, 0.2, 0.1) > 0.0,
+            "sampled once, after it ran"
+        );
         assert!(
             (t.share_lately(2, 0.2, 0.1) - 1.0).abs() < 1e-9,
             "a whole CPU"

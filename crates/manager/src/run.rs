@@ -78,7 +78,7 @@ pub struct Config {
 /// the CPUs ([`crate::claims::share`]).
 const TOO_FEW_WAIT_S: f64 = 1.0;
 
-/// A task that used CPU over this last span is running (see `idle::IdleTracker::ran_lately`).
+/// A task that used CPU over this last span is running (see `idle::IdleTracker::share_lately`).
 const RAN_LATELY_S: f64 = 0.1;
 /// Where more tasks ran than there are PUs, those that used at least this share of a CPU are
 /// the ones running, if each of the others used under [`LIGHT_SHARE`] (see [`running_now`]).
@@ -94,9 +94,8 @@ const SLEEP_AFTER_S: f64 = 0.3;
 /// Which tasks run now, by the share of a CPU each used over the last span (`shares`, 0 for
 /// none): those that ran at all; where they outnumber the `pus`, only those that used at least
 /// [`BUSY_SHARE`] of a CPU, when each of the others used under [`LIGHT_SHARE`] and all of them
-/// together less than one CPU. That is an MPI
-/// job starting: its ranks compute while the launcher and the ranks' helper threads run a
-/// little beside them. Counted as running, those held the ranks floating until MPI_Init was
+/// together less than one CPU. That is an MPI job starting: its ranks compute while the
+/// launcher and the ranks' helper threads run a little beside them. Counted as running, those held the ranks floating until MPI_Init was
 /// over (LAMMPS, 16 ranks on the 16-core lent machine: 21 tasks running at 0.48 s, pinned at
 /// 0.68 s, when binding at exec ran 7 % faster than the OS, 2026-11-27). Tasks that share the
 /// PUs evenly (an oversubscribed program) all stay running.
