@@ -111,6 +111,10 @@ static void fatal(const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "svm: rank %d: %s\n", me, buf);
     fflush(stderr);
+    /* MPICH's hydra proxy reads the ranks' output from pipes; an abort right away can tear the job
+     * down before it forwarded this line (seen once in CI: the job stopped, the reason was lost) */
+    struct timespec forward = {0, 200 * 1000000L};
+    nanosleep(&forward, NULL);
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1);
 }

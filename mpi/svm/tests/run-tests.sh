@@ -51,7 +51,7 @@ for how in stop kill; do
         ! echo "$out" | grep -q "survived"; then
         echo "ok   [$mpi] dead peer ($how): stopped naming rank 1 in $((SECONDS - t0)) s"
     else
-        echo "FAIL [$mpi] dead peer ($how): rc $rc"; echo "$out" | grep -v '^\[' | tail -8; fails=$((fails + 1))
+        echo "FAIL [$mpi] dead peer ($how): rc $rc after $((SECONDS - t0)) s"; echo "$out" | tail -12; fails=$((fails + 1))
     fi
 done
 # Configuration errors are one line and exit non-zero.
