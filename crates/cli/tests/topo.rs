@@ -125,3 +125,38 @@ fn help_explains_each_subcommand() {
         assert!(!short.contains(long), "{cmd} -h: {short}");
     }
 }
+
+/// hwloc's I/O and libxml2 plugins are skipped while huddle loads this machine (they were half
+/// its topology time), and the program huddle starts does not inherit that: its own hwloc (Open
+/// MPI's) keeps every plugin. A blacklist the user set is theirs, passed on unchanged.
+#[test]
+fn unused_hwloc_plugins_are_skipped_and_the_program_keeps_them() {
+    let show = "echo \"blacklist=${HWLOC_PLUGINS_BLACKLIST-unset}\"";
+    let run = |user_blacklist: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_huddle"));
+        cmd.args(["run", "--quiet", "--", "sh", "-c", show])
+            .env("HWLOC_PLUGINS_VERBOSE", "1")
+            .env_remove("HWLOC_PLUGINS_BLACKLIST");
+        if let Some(b) = user_blacklist {
+            cmd.env("HWLOC_PLUGINS_BLACKLIST", b);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let found = |name: &str, what: &str| {
+            String::from_utf8_lossy(&out.stderr).contains(&format!("`{name}' is {what}"))
+        };
+        let pci_found = String::from_utf8_lossy(&out.stderr).contains("/hwloc_pci'");
+        (
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            pci_found,
+            found("hwloc_pci", "blacklisted"),
+        )
+    };
+    let (child_env, pci_installed, pci_skipped) = run(None);
+    assert_eq!(child_env, "blacklist=unset");
+    // Debian's hwloc recommends libhwloc-plugins; without it there is nothing to skip.
+    assert_eq!(pci_skipped, pci_installed);
+    let (child_env, _, pci_skipped) = run(Some("hwloc_gl"));
+    assert_eq!(child_env, "blacklist=hwloc_gl");
+    assert!(!pci_skipped, "the user's blacklist names only hwloc_gl");
+}

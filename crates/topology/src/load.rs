@@ -30,7 +30,8 @@ impl Machine {
     /// PUs outside the cgroup/cpuset; PUs outside the affinity mask stay in the tree but are
     /// marked not allowed, so mappings avoid them.
     pub fn from_system() -> Result<Machine, TopologyError> {
-        let topo = Topology::new().map_err(|e| TopologyError::Discovery(e.to_string()))?;
+        let topo = without_unused_plugins(Topology::new)
+            .map_err(|e| TopologyError::Discovery(e.to_string()))?;
         let mut m = extract(&topo, Source::System);
         let affinity = cpuset::affinity(0);
         let allowed_by_hwloc = topo.allowed_cpuset();
@@ -102,6 +103,36 @@ impl Machine {
         self.costs = costs;
         self
     }
+}
+
+/// hwloc plugins whose discoveries huddle's model never holds: I/O devices (PCI, GPUs, OpenCL,
+/// displays; hwloc drops I/O objects by default anyway) and libxml2 (the running system is not
+/// read from XML). hwloc loads every plugin when a topology is first built; loading these four
+/// here took 3.3 of the 7 ms `huddle topo` spent (docs/detect.md), on every `huddle run`.
+const UNUSED_PLUGINS: &str = "hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_cuda,hwloc_nvml,hwloc_rsmi,\
+hwloc_levelzero,hwloc_xml_libxml";
+const PLUGINS_BLACKLIST: &str = "HWLOC_PLUGINS_BLACKLIST";
+
+/// Runs `load` with hwloc told to skip [`UNUSED_PLUGINS`]. hwloc reads that only from the
+/// environment, so the variable is set for the load and removed right after, and only while
+/// this process has a single thread (setenv beside another thread's getenv is undefined) and
+/// the user has not set it: no program huddle starts inherits it (Open MPI's own hwloc needs
+/// the PCI plugin to find which network cards are near which cores).
+fn without_unused_plugins<T>(load: impl FnOnce() -> T) -> T {
+    let skip = std::env::var_os(PLUGINS_BLACKLIST).is_none() && single_threaded();
+    if skip {
+        std::env::set_var(PLUGINS_BLACKLIST, UNUSED_PLUGINS);
+    }
+    let loaded = load();
+    if skip {
+        std::env::remove_var(PLUGINS_BLACKLIST);
+    }
+    loaded
+}
+
+/// This process has one thread (false where /proc cannot tell).
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1)
 }
 
 /// Level names hwloc's synthetic parser understands (it matches prefixes case-insensitively).
