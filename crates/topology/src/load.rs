@@ -107,8 +107,9 @@ impl Machine {
 
 /// hwloc plugins whose discoveries huddle's model never holds: I/O devices (PCI, GPUs, OpenCL,
 /// displays; hwloc drops I/O objects by default anyway) and libxml2 (the running system is not
-/// read from XML). hwloc loads every plugin when a topology is first built; loading these four
-/// here took 3.3 of the 7 ms `huddle topo` spent (docs/detect.md), on every `huddle run`.
+/// read from XML). hwloc loads every plugin when a topology is first built; loading the four
+/// Debian ships (pci, opencl, gl, xml_libxml) took 3.3 of the 7 ms `huddle topo` spent here
+/// (docs/detect.md), on every `huddle run`.
 const UNUSED_PLUGINS: &str = "hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_cuda,hwloc_nvml,hwloc_rsmi,\
 hwloc_levelzero,hwloc_xml_libxml";
 const PLUGINS_BLACKLIST: &str = "HWLOC_PLUGINS_BLACKLIST";
