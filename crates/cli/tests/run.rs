@@ -564,6 +564,42 @@ fn sigusr1_pauses_extra_faults_and_sigusr2_resumes_them() {
 /// On one PU (`--pus`, flat on any machine) a single busy thread puts the agent to sleep after
 /// 0.3 s: it re-arms far fewer pages than with `--watch always`, and the report says when;
 /// two threads on that PU keep it awake.
+/// A process (or thread) started by a task huddle pinned inherits its PU. On a flat machine
+/// the second of two busy ones on one PU goes to a free PU without waiting for traffic: a
+/// lone OpenMP master pinned before it started its worker kept both threads on one PU to the
+/// end. Here a shell spins alone (pinned), then starts two spinning shells that print the
+/// PUs they may use once they are done.
+#[test]
+fn tasks_that_inherit_a_pinned_pu_are_spread_over_free_ones() {
+    let cpus = common::own_cpus();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs, has {cpus:?}");
+        return;
+    }
+    let pus = format!("{},{}", cpus[0], cpus[1]);
+    let script = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done
+for k in 1 2; do
+  sh -c 'i=0; while [ $i -lt 600000 ]; do i=$((i+1)); done; grep Cpus_allowed_list /proc/self/status' &
+done
+wait";
+    let out = huddle()
+        .args(["run", "--quiet", "--pus", &pus, "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let masks: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect();
+    assert_eq!(masks.len(), 2, "{out:?}");
+    let one_pu = |m: &str| !m.contains([',', '-']);
+    assert!(
+        !(masks[0] == masks[1] && one_pu(&masks[0])),
+        "both on PU {}: {masks:?}",
+        masks[0]
+    );
+}
+
 #[test]
 fn the_agent_sleeps_while_the_tasks_running_are_no_more_than_equally_far_pus() {
     let pu = format!("pu:{}", common::own_cpus()[0]);

@@ -111,8 +111,8 @@ impl Decider {
 
     /// On a flat target ([`Target::is_flat`]) with policies that place by the matrix: pins the
     /// tasks of `live` that float where they run ([`pin_in_place`]), with no traffic to wait
-    /// for, since no placement of them costs less than another. None when nothing floats,
-    /// they outnumber the PUs, or the policy does not map the matrix.
+    /// for, since no placement of them costs less than another. None when each is pinned to
+    /// a PU of its own, they outnumber the PUs, or the policy does not map the matrix.
     pub fn pin_flat(&mut self, t: f64, target: &Target, live: &Live) -> Option<Choice> {
         if !self.policy.places_by_traffic() {
             return None;
@@ -270,15 +270,26 @@ impl Decider {
 }
 
 /// Where to pin the live tasks on a flat `target` ([`Target::is_flat`], the caller's to
-/// check) when some of them float and they are no more than its PUs: each where it runs now
-/// (a task pinned already stays), the second of two on one PU on a free one. None otherwise.
+/// check) when some of them float, or two are pinned to one PU, and they are no more than its
+/// PUs: each where it runs now (a task pinned already stays), the second of two on one PU on
+/// a free one. None otherwise. Two on one PU happen without anyone choosing it: a thread or
+/// process started by one huddle pinned inherits its PU (a lone OpenMP master pinned at
+/// 0.1 s, its worker created after it: layout-f stencil x2 ran 2.8 times as long as plain,
+/// both threads on one PU to the end, with no traffic to wake the other repairs; 2026-11-27).
 /// On the 16-core lent machine (one L3) binding LAMMPS's 16 ranks from exec ran 12 % faster
 /// than the OS over 3000 steps while huddle, waiting for traffic, pinned them at 0.66 s and
 /// gained nothing (bench/results/device.md, 2026-11-27).
 pub fn pin_in_place(target: &Target, live: &Live) -> Option<Vec<usize>> {
     let allowed: Vec<usize> = target.allowed_slots().iter().map(|s| s.0).collect();
     let n = live.tasks.len();
-    if n == 0 || n > allowed.len() || live.masks.iter().all(|m| m.len() == 1) {
+    let all_pinned = live.masks.iter().all(|m| m.len() == 1);
+    let stacked = || {
+        let mut pus: Vec<usize> = live.masks.iter().map(|m| m[0]).collect();
+        pus.sort_unstable();
+        pus.dedup();
+        pus.len() < n
+    };
+    if n == 0 || n > allowed.len() || (all_pinned && !stacked()) {
         return None;
     }
     let mut taken = vec![false; target.num_pus()];
@@ -662,7 +673,8 @@ mod tests {
 
     /// On a flat machine (four cores, one cache shared by all) floating tasks are pinned
     /// where they run, with no traffic: a pinned task keeps its PU, the second of two on one
-    /// PU goes to a free one; nothing when none floats or they outnumber the PUs.
+    /// PU goes to a free one, pinned or not; nothing when each has a PU of its own or they
+    /// outnumber the PUs.
     #[test]
     fn floating_tasks_on_a_flat_machine_are_pinned_in_place_without_traffic() {
         let flat = Target::machine(Machine::from_synthetic("pack:1 l3:1 core:4 pu:1").unwrap());
@@ -691,6 +703,13 @@ mod tests {
         let pinned: &'static [Vec<usize>] =
             Box::leak(vec![vec![0], vec![1], vec![2]].into_boxed_slice());
         assert_eq!(pin_in_place(&flat, &live(&[0, 1, 2], pinned)), None);
+        // A thread created by a pinned one shares its PU: it goes to a free one.
+        let inherited: &'static [Vec<usize>] =
+            Box::leak(vec![vec![1], vec![1], vec![2]].into_boxed_slice());
+        assert_eq!(
+            pin_in_place(&flat, &live(&[1, 1, 2], inherited)),
+            Some(vec![1, 0, 2])
+        );
         let five = tasks(5);
         let five_floating = vec![all.clone(); 5];
         let over = Live {
