@@ -103,8 +103,9 @@ pub enum Watch {
     status; SIGINT and SIGTERM sent to huddle are passed on; SIGUSR1 pauses the agent's extra faults and \
     SIGUSR2 resumes them. If huddle is killed the program runs on.\n\n\
     On a machine whose PUs are all equally far apart (one shared cache, no SMT, as on small \
-    VMs), tasks running, no more of them than PUs, are pinned where they run as soon as \
-    they are seen, and the agent sleeps while they are no more than the PUs (--watch)."
+    VMs), two tasks or more running, no more of them than PUs, are pinned where they run as \
+    soon as they are seen (a lone one is not: what it starts would inherit its PU), and the \
+    agent sleeps while they are no more than the PUs (--watch)."
 )]
 pub struct RunArgs {
     #[command(flatten)]

@@ -564,11 +564,11 @@ fn sigusr1_pauses_extra_faults_and_sigusr2_resumes_them() {
 /// On one PU (`--pus`, flat on any machine) a single busy thread puts the agent to sleep after
 /// 0.3 s: it re-arms far fewer pages than with `--watch always`, and the report says when;
 /// two threads on that PU keep it awake.
-/// A process (or thread) started by a task huddle pinned inherits its PU. On a flat machine
-/// the second of two busy ones on one PU goes to a free PU without waiting for traffic: a
-/// lone OpenMP master pinned before it started its worker kept both threads on one PU to the
-/// end. Here a shell spins alone (pinned), then starts two spinning shells that print the
-/// PUs they may use once they are done.
+/// A process (or thread) started by a task huddle pinned inherits its PU: a lone OpenMP
+/// master pinned before it started its worker kept both threads on one PU to the end. Now a
+/// lone task is not pinned on a flat machine, and two busy ones on one PU are spread without
+/// waiting for traffic. Here a shell spins alone, then starts two spinning shells that print
+/// the PUs they may use once they are done: never the same single one.
 #[test]
 fn tasks_that_inherit_a_pinned_pu_are_spread_over_free_ones() {
     let cpus = common::own_cpus();

@@ -112,7 +112,8 @@ impl Decider {
     /// On a flat target ([`Target::is_flat`]) with policies that place by the matrix: pins the
     /// tasks of `live` that float where they run ([`pin_in_place`]), with no traffic to wait
     /// for, since no placement of them costs less than another. None when each is pinned to
-    /// a PU of its own, they outnumber the PUs, or the policy does not map the matrix.
+    /// a PU of its own, they outnumber the PUs, one runs alone, or the policy does not map
+    /// the matrix.
     pub fn pin_flat(&mut self, t: f64, target: &Target, live: &Live) -> Option<Choice> {
         if !self.policy.places_by_traffic() {
             return None;
@@ -276,6 +277,9 @@ impl Decider {
 /// process started by one huddle pinned inherits its PU (a lone OpenMP master pinned at
 /// 0.1 s, its worker created after it: layout-f stencil x2 ran 2.8 times as long as plain,
 /// both threads on one PU to the end, with no traffic to wake the other repairs; 2026-11-27).
+/// A lone task is not pinned: alone it has nothing to gain, and what it starts next would
+/// inherit its PU (mpirun pinned at 0.1 s put LAMMPS's 4 ranks, forked after, on one PU until
+/// traffic let a repair spread them at 0.6 s; 2026-11-27).
 /// On the 16-core lent machine (one L3) binding LAMMPS's 16 ranks from exec ran 12 % faster
 /// than the OS over 3000 steps while huddle, waiting for traffic, pinned them at 0.66 s and
 /// gained nothing (bench/results/device.md, 2026-11-27).
@@ -289,7 +293,7 @@ pub fn pin_in_place(target: &Target, live: &Live) -> Option<Vec<usize>> {
         pus.dedup();
         pus.len() < n
     };
-    if n == 0 || n > allowed.len() || (all_pinned && !stacked()) {
+    if n < 2 || n > allowed.len() || (all_pinned && !stacked()) {
         return None;
     }
     let mut taken = vec![false; target.num_pus()];
@@ -673,8 +677,8 @@ mod tests {
 
     /// On a flat machine (four cores, one cache shared by all) floating tasks are pinned
     /// where they run, with no traffic: a pinned task keeps its PU, the second of two on one
-    /// PU goes to a free one, pinned or not; nothing when each has a PU of its own or they
-    /// outnumber the PUs.
+    /// PU goes to a free one, pinned or not; nothing when each has a PU of its own, they
+    /// outnumber the PUs, or one runs alone.
     #[test]
     fn floating_tasks_on_a_flat_machine_are_pinned_in_place_without_traffic() {
         let flat = Target::machine(Machine::from_synthetic("pack:1 l3:1 core:4 pu:1").unwrap());
@@ -719,6 +723,14 @@ mod tests {
             masks: &five_floating,
         };
         assert_eq!(pin_in_place(&flat, &over), None, "more tasks than PUs");
+        let one = tasks(1);
+        let lone = Live {
+            matrix: &CommMatrix::zeros(1),
+            tasks: &one,
+            current: &[2],
+            masks: &[all.clone()],
+        };
+        assert_eq!(pin_in_place(&flat, &lone), None, "a lone task");
         // Through the decider: a migration with no traffic at all, applied as chosen.
         let choice = comm()
             .pin_flat(0.1, &flat, &live(&[1, 1, 3], floating))
