@@ -728,7 +728,7 @@ mod tests {
             matrix: &CommMatrix::zeros(1),
             tasks: &one,
             current: &[2],
-            masks: &[all.clone()],
+            masks: std::slice::from_ref(&all),
         };
         assert_eq!(pin_in_place(&flat, &lone), None, "a lone task");
         // Through the decider: a migration with no traffic at all, applied as chosen.
