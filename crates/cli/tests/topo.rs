@@ -157,3 +157,49 @@ fn unused_hwloc_plugins_are_skipped_and_the_program_keeps_them() {
     assert_eq!(child_env, "blacklist=hwloc_gl");
     assert!(!pci_skipped, "the user's blacklist names only hwloc_gl");
 }
+
+/// hwloc's x86 (CPUID) component is left out of huddle's own load: it binds huddle's thread to
+/// every PU in turn for attributes the model never reads. The model is the same without it.
+#[test]
+fn the_cpuid_component_is_not_used_and_the_model_is_the_same() {
+    let topo = |verbose: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_huddle"));
+        cmd.args(["topo", "--json"]).env_remove("HWLOC_COMPONENTS");
+        if verbose {
+            cmd.env("HWLOC_COMPONENTS_VERBOSE", "1");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (json, hwloc_said) = topo(true);
+    let enabled = hwloc_said
+        .lines()
+        .find(|l| l.contains("Final list of enabled discovery components"))
+        .unwrap_or_else(|| panic!("hwloc did not list its components: {hwloc_said}"));
+    assert!(enabled.contains("linux("), "{enabled}");
+    assert!(!enabled.contains("x86("), "{enabled}");
+    // hwloc's own tool keeps x86: its export of this machine, loaded by huddle, gives the same
+    // counts and PUs.
+    let xml = std::env::temp_dir().join(format!("huddle-topo-x86-{}.xml", std::process::id()));
+    let lstopo = std::process::Command::new("lstopo-no-graphics")
+        .args(["--of", "xml", "-f"])
+        .arg(&xml)
+        .output();
+    if lstopo.is_ok_and(|o| o.status.success()) {
+        let from_xml = std::process::Command::new(env!("CARGO_BIN_EXE_huddle"))
+            .args(["topo", "--json", "--xml"])
+            .arg(&xml)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&xml);
+        let parse = |s: &[u8]| serde_json::from_slice::<serde_json::Value>(s).unwrap();
+        let (system, exported) = (parse(json.as_bytes()), parse(&from_xml.stdout));
+        assert_eq!(system["counts"], exported["counts"]);
+        assert_eq!(system["pus"], exported["pus"]);
+    }
+    assert_eq!(topo(false).0, json);
+}
