@@ -214,7 +214,7 @@ pub fn manage_until(obs: &mut dyn Observer, target: &Target, cfg: Config) -> (Ru
     let mut most_running = 0;
     let (mut over_since, mut under_since) = (None, None);
     let exit = loop {
-        let interval_ms = decider.controller.interval_ms;
+        let interval_ms = decider.controller.wait_ms();
         let (events, exit, detach) = wait_interval(obs, cfg.ownership, interval_ms);
         if detach != 0 {
             // No decision after the signal: the program is let go as it is.
