@@ -171,7 +171,7 @@ batch_steps_run() {
   else
     fail "a later job into step-0 again: rc $rc, $(grep -c . "$tmp/again.err") stderr lines: $(grep huddle "$tmp/again.err" | head -2 | tr '\n' ' ')"
   fi
-  left=$(leftovers "$rep/step-0"; leftovers "$rep/step-1")
+  left=$(leftovers "$rep/step-0" "$rep/step-1")
   if [ -z "$left" ]; then
     pass "nothing left after the batch steps"
   else
@@ -360,7 +360,7 @@ EOF
     fail "task/$plugin, two steps at once: rc $rc,$bad $(tail -n 2 "$tmp/two-batch.err" "$tmp/two-batch.log" 2>/dev/null | tr '\n' ' ')"
   fi
   no_node_managers 10
-  left=$(leftovers "$rep/step-0"; leftovers "$rep/step-1")
+  left=$(leftovers "$rep/step-0" "$rep/step-1")
   [ -z "$left" ] || fail "left behind after the two steps: $(echo "$left" | tr '\n' ' ')"
 }
 declare -A pus_of

@@ -88,21 +88,32 @@ node_managers() {
 # What a job with node managers may leave: its boards, scratch rank matrices, detection
 # directories and CPU claims (manager::claims) of its node managers (pids from node.json).
 # Prints them; nothing = clean.
-# Boards and matrices older than this test ($tmp/started, from nt_hosts_up) are another job's:
-# the board directory is shared with every other huddle job of this user on the machine.
-leftovers() { # REPORT_DIR
-  local f pid
+# Boards and matrices older than the last check ($tmp/checked), or for the first one than
+# this test ($tmp/started, from nt_hosts_up), are another job's or were reported already:
+# the board directory is shared with every other huddle job of this user on the machine, and
+# a job that Open MPI crashed in MPI_Init (nt_ompi_init_crash) leaves its board to fail its
+# own check, not every later one.
+leftovers() { # REPORT_DIR...
+  local f pid since=$tmp/started rep pids=
+  [ -e "$tmp/checked" ] && since=$tmp/checked
   for f in "$board_dir"/*-hA.board "$board_dir"/*-hB.board "$board_dir"/*-hA.csv "$board_dir"/*-hB.csv \
-    "$board_dir"/report-* "$1"/.huddle-launch-*; do
-    [ -e "$f" ] && [ "$f" -nt "$tmp/started" ] && echo "$f"
+    "$board_dir"/report-*; do
+    [ -e "$f" ] && [ "$f" -nt "$since" ] && echo "$f"
   done
-  for pid in $(cat "$1"/node-*/node.json 2>/dev/null | sed -n 's/^ *"pid": \([0-9]*\).*/\1/p'); do
+  for rep in "$@"; do
+    for f in "$rep"/.huddle-launch-*; do
+      [ -e "$f" ] && echo "$f"
+    done
+    pids+=" $(cat "$rep"/node-*/node.json 2>/dev/null | sed -n 's/^ *"pid": \([0-9]*\).*/\1/p' | tr '\n' ' ')"
+  done
+  for pid in $pids; do
     for f in "${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}"/huddle-detect-"$pid"-* /tmp/huddle-detect-"$pid"-* \
       /dev/shm/huddle-cpu-claims/"$pid"; do
       [ -e "$f" ] && echo "$f"
     done
   done
   for pid in $(node_managers); do echo "process $pid: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")"; done
+  touch "$tmp/checked"
 }
 
 # Waits up to $1 seconds for no huddle node process to be left; 0 if none.
