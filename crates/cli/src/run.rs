@@ -96,9 +96,9 @@ pub enum Watch {
     thread; with --processes on every thread of each process) whenever the predicted \
     communication cost falls by at least the threshold and the previous tick's proposal, \
     costed on the new matrix, would gain that too (the tick after a proposal comes 50 ms \
-    later). The interval adapts (100 ms, +50 ms while stable, halved after a change, 50 ms..2 \
-    s) and the \
-    matrix ages after each migration (M -= M >> 2). A task that used under 2 % of a CPU over \
+    later). The interval adapts (100 ms, +50 ms while stable, halved after a change, \
+    50 ms..2 s) and the matrix ages after each migration (M -= M >> 2). A task that used \
+    under 2 % of a CPU over \
     the last second (a main thread waiting for its workers) is left out of the mapping and \
     keeps its PUs, so that it takes no PU's share of the balance. Returns the program's exit \
     status; SIGINT and SIGTERM sent to huddle are passed on; SIGUSR1 pauses the agent's extra faults and \
