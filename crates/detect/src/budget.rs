@@ -17,19 +17,6 @@
 pub const START_NS: u64 = 1_500_000_000;
 /// High floor for this long after a window of mostly new pairs.
 pub const BOOST_NS: u64 = 1_000_000_000;
-/// Until this long after the start, also for [`BOOST_NS`] after a window that shows the
-/// first event of a pair whose two tasks each had a partner already: a link between groups
-/// found so far, as the edge of a halo found last. In layout-c and -f halo x8 the last edges
-/// came after the start's high floor, when the search had a quarter of the pages, and ended
-/// the 8-s runs at a tenth of the other links' counts (r 0.80-0.89). `huddle detect
-/// --all-tasks`, 8-s runs, alternating with the floor before it (2026-11-28): layout-f halo
-/// x8 r median 0.890 -> 0.964 (7 runs each), layout-c halo x8 0.984 -> 0.990, stencil x8 C
-/// 0.967 -> 0.959, Fortran 0.987 -> 0.978, pipeline x8 C 0.971 -> 0.991, Fortran 0.967 ->
-/// 0.958 (3-4 runs each), pages re-armed a run about the same in most runs and up to half
-/// more in a few (c stencil 937 -> 1435 once). Raising the floor at every first pair instead,
-/// at any time, cost layout-f halo 1467-2026 pages a run against 945-952: its page mode
-/// keeps finding new pairs.
-pub const FIRST_LINK_UNTIL_NS: u64 = 5_000_000_000;
 /// A window is judged once it holds this many events and is 100 ms old (judging is
 /// O(tasks^2)), or once it is a second old.
 const WINDOW_EVENTS: u64 = 4;
@@ -62,8 +49,6 @@ pub struct Budget {
     trend: Vec<Vec<f64>>,
     /// Times the floor went up after the start.
     pub boosts: u64,
-    /// Of those, the times a link first seen between two tasks with partners raised it.
-    pub first_links: u64,
 }
 
 impl Budget {
@@ -80,7 +65,6 @@ impl Budget {
             window: Vec::new(),
             trend: Vec::new(),
             boosts: 0,
-            first_links: 0,
         }
     }
 
@@ -88,14 +72,12 @@ impl Budget {
     pub fn summary(&self) -> String {
         format!(
             "re-arm floor: {} pages/s for the first {:.1} s, then {}, raised back for {:.1} s \
-             after each of {} pattern changes ({} of them a first link between tasks with \
-             partners)",
+             after each of {} pattern changes",
             self.high,
             START_NS as f64 / 1e9,
             self.low,
             BOOST_NS as f64 / 1e9,
-            self.boosts,
-            self.first_links
+            self.boosts
         )
     }
 
@@ -138,27 +120,23 @@ impl Budget {
             })
             .collect();
         let mut weak = 0;
-        let mut first_link = false;
         for a in 0..n {
             for b in a + 1..n {
                 let w = self.window[a][b];
                 if w > 0 && self.trend[a][b] < WEAK_SHARE * strongest[a].max(strongest[b]) {
                     weak += w;
                 }
-                first_link |=
-                    w > 0 && self.trend[a][b] == 0.0 && strongest[a] > 0.0 && strongest[b] > 0.0;
             }
         }
         // A window too thin to say anything (a quiet program) changes nothing.
         let trend_total: f64 = self.trend.iter().flatten().sum();
-        let now = self.window_start_ns + age_ns;
-        let new_pattern = self.window_events >= WINDOW_EVENTS
-            && weak as f64 > NEW_SHARE * self.window_events as f64;
-        let first_link = first_link && now < self.start_ns + FIRST_LINK_UNTIL_NS;
-        if trend_total >= MIN_TREND && (new_pattern || first_link) {
+        if self.window_events >= WINDOW_EVENTS
+            && trend_total >= MIN_TREND
+            && weak as f64 > NEW_SHARE * self.window_events as f64
+        {
+            let now = self.window_start_ns + age_ns;
             if now >= self.boosted_until_ns && now >= self.start_ns + START_NS {
                 self.boosts += 1;
-                self.first_links += u64::from(!new_pattern);
             }
             self.boosted_until_ns = self.boosted_until_ns.max(now + BOOST_NS);
         }
@@ -233,7 +211,7 @@ mod tests {
         );
         assert!(
             b.summary()
-                .ends_with("raised back for 1.0 s after each of 1 pattern changes (0 of them a first link between tasks with partners)"),
+                .ends_with("then 75, raised back for 1.0 s after each of 1 pattern changes"),
             "{}",
             b.summary()
         );
@@ -284,30 +262,6 @@ mod tests {
             t + 6000,
         );
         assert_eq!(b.boosts, 1);
-    }
-
-    #[test]
-    fn a_link_first_seen_between_tasks_with_partners_raises_the_floor_early_on() {
-        let mut b = Budget::new(300, 75, 0);
-        // Two halves of a chain, then the link between them at 2 s (after the start).
-        let halves = [(0, 1), (1, 2), (3, 4), (4, 5)];
-        feed(&mut b, &halves, 0, 2000);
-        let mut chain = halves.to_vec();
-        chain.push((2, 3));
-        let f = feed(&mut b, &chain, 2000, 4000);
-        assert_eq!(f[0], 300, "{f:?}");
-        assert_eq!(*f.last().unwrap(), 75, "{f:?}");
-        assert_eq!((b.boosts, b.first_links), (1, 1));
-        // A new task's first partner is not a link between groups, and after
-        // FIRST_LINK_UNTIL_NS a new link is left to the pattern-change rule.
-        let mut more = chain.clone();
-        more.push((5, 6));
-        let f = feed(&mut b, &more, 4000, 4500);
-        assert!(f.iter().all(|&x| x == 75), "{f:?}");
-        more.push((0, 5));
-        let f = feed(&mut b, &more, 5000, 6000);
-        assert!(f.iter().all(|&x| x == 75), "{f:?}");
-        assert_eq!((b.boosts, b.first_links), (1, 1));
     }
 
     #[test]
