@@ -53,7 +53,7 @@ pub struct Common {
     /// --policy simmer: act on a rule's decision from this confidence on (0..1)
     #[arg(long, default_value_t = 0.6, value_name = "C")]
     pub simmer_confidence: f64,
-    /// Communication events needed before a decision (first-touch noise guard); at least 6
+    /// Communication events needed before a decision (first-touch noise guard); at least 4
     /// per busy task in any case
     #[arg(long, default_value_t = manager::decide::DEFAULT_MIN_TRAFFIC, value_name = "EVENTS")]
     pub min_traffic: f64,

@@ -11,8 +11,8 @@ use topology::OsCpu;
 
 /// Default for [`Decider`]'s `min_traffic`: communication (matrix total over live tasks)
 /// required before the first decision, since the first faults are mostly first-touch
-/// initialisation, not the program's pattern. It is the per-task minimum below for four
-/// tasks, so it sets the bar only for four tasks or fewer. The real layouts with 4 threads
+/// initialisation, not the program's pattern. With the per-task minimum below it sets the bar
+/// for six tasks or fewer. The real layouts with 4 threads
 /// (bench/layouts' first remap: c and f halo, stencil and pipeline, 3-s runs, two sets of 3
 /// and 4 alternating rounds, 2026-11-27): first correct remap within 1 s in 9 of 18 and 8 of
 /// 24 runs at 32, in 16 of 18 and 17 of 24 at 24; no wrong remap at either.
@@ -31,7 +31,15 @@ pub const DEFAULT_MIN_TRAFFIC: f64 = 24.0;
 /// 7.41/6.71 s and one with none -> 4.61/3.76/3.21 s, pipeline x8 2.01/2.21 s and one with
 /// none -> 0.90/1.01/2.39 s (the last after a wrong first remap at 1.01 s). A halo edge gives
 /// about 10 events a second once found, so the minimum, not the agent, set its first remap.
-pub const MIN_TRAFFIC_PER_TASK: f64 = 6.0;
+/// 4 against 6 (2026-11-28, after the 50-ms confirming tick; the 8-thread rows of
+/// bench/layouts' first remap, c and f halo, stencil, pipeline, 3-s runs, alternating, two
+/// sets of 6 rounds): first correct remap within 1 s in 27 and 25 of 36 runs at 4, 19 and 19
+/// of 36 at 6; median 0.71 s against 0.91 s; wrong remaps before it 5 + 14 against 11 + 10;
+/// runs with none within 3 s 5 against 4 (the C halo's at 4: a wrong first split it did not
+/// mend in time). With the 2026-11-27 set (17 against 13 of 24) that is 69 against 51 of
+/// 96. bench/manager's heap patterns x8 threads, 2 alternating sets of 4 runs: first correct
+/// remap (medians) 0.27-0.49 s against 0.43-0.58 s, the placements they end on the same.
+pub const MIN_TRAFFIC_PER_TASK: f64 = 4.0;
 
 /// The live tasks as the decision sees them, all in the same order.
 pub struct Live<'a> {
