@@ -271,6 +271,14 @@ impl Focus {
                     self.probes.done(false);
                 }
                 e.page = 0;
+                if e.ntids == 2 && e.edge {
+                    let other = if e.tids[0] == tid {
+                        e.tids[1]
+                    } else {
+                        e.tids[0]
+                    };
+                    self.probe_across(page, tid, other, now);
+                }
             }
         } else {
             e.same = 0;
@@ -364,6 +372,30 @@ impl Focus {
                 if let Some(e) = self.add(mid, now, None, PROBE_TRIES) {
                     e.gap = gap;
                 }
+            }
+        }
+    }
+
+    /// A found edge page of `owner` and `other` left the table (its owner came first again
+    /// and again): the page across the edge, last seen used by `other`, is probed as an
+    /// edge again at once. Which side of an edge the neighbour comes first on can change as the
+    /// threads drift, and without this the pair was lost for EDGE_REPROBE_NS (layout-c halo
+    /// x8, 2026-11-28: a link found at 0.25 s kept 6 events for the rest of a 4-s run).
+    fn probe_across(&mut self, page: u64, owner: u32, other: u32, now: u64) {
+        let across = [page.wrapping_sub(PAGE), page + PAGE]
+            .into_iter()
+            .find(|&q| {
+                self.known.iter().any(|&(p, t, at)| {
+                    p == q && t == other && now.saturating_sub(at) <= KNOWN_MAX_AGE_NS
+                })
+            });
+        let Some(q) = across else { return };
+        for slot in self.edges.iter_mut().filter(|(p, _)| *p == q) {
+            *slot = (0, 0);
+        }
+        if self.new_edge(q, now) {
+            if let Some(e) = self.add(q, now, None, EDGE_TRIES) {
+                e.between = pair_key(owner, other);
             }
         }
     }
@@ -1164,6 +1196,44 @@ mod tests {
         assert!(due(&mut f, t).contains(&(69 << 12)));
         f.fault(69 << 12, 2, t);
         assert_eq!(edges(&f), [69], "page 70 needs no more probes");
+    }
+
+    #[test]
+    fn a_found_edge_page_that_leaves_sends_the_probes_across_the_edge_again() {
+        let mut f = searching_table();
+        f.fault(69 << 12, 1, 0);
+        f.fault(70 << 12, 2, 0);
+        let edges = |f: &Focus| {
+            let mut v: Vec<_> = f
+                .entries
+                .iter()
+                .filter(|e| e.page != 0 && e.edge)
+                .map(|e| (e.page >> 12, e.ntids))
+                .collect();
+            v.sort();
+            v
+        };
+        // Page 69 (task 1's) is found shared with task 2; page 70 leaves the probes.
+        let mut t = MS;
+        for page in due(&mut f, t) {
+            f.fault(page, if page == 69 << 12 { 1 } else { 2 }, t);
+        }
+        t += PROBE_DELAY_NS;
+        f.fault(69 << 12, 2, t);
+        assert_eq!(edges(&f), [(69, 2)]);
+        // Then only its owner comes first, for longer than OTHER_GONE_NS: it leaves, and
+        // page 70 is an edge probe of the pair again, well within EDGE_REPROBE_NS.
+        t += FOCUS_PERIOD_NS;
+        f.fault(69 << 12, 1, t);
+        t += OTHER_GONE_NS;
+        for _ in 0..SAME_TO_DEMOTE {
+            t += FOCUS_PERIOD_NS;
+            f.fault(69 << 12, 1, t);
+        }
+        assert_eq!(edges(&f), [(70, 0)]);
+        let across = f.entries.iter().find(|e| e.page == 70 << 12).unwrap();
+        assert_eq!(across.between, pair_key(1, 2));
+        assert!(t < EDGE_REPROBE_NS);
     }
 
     #[test]
