@@ -27,7 +27,8 @@
 //! that edges are found one after the other, and the first tries of edge pages; then the
 //! later tries of edge pages, one per pair of tasks either side of the edge. A step that
 //! faulted is not probed (it said whose the page is); each page of an edge gets EDGE_TRIES
-//! probes, and once one side is found shared the other side gets no more; a pair's pages
+//! probes, and once one side is found shared the other side gets no more until the found
+//! side leaves the table (then it gets them again at once); a pair's pages
 //! share the re-arm period; only one uniform sample in SAMPLE_PROBE_EVERY is probed, once,
 //! and last (enough to notice that probes start finding sharing; edge probes do not count
 //! there, they look where sharing is by construction). While probes do find sharing (heap
