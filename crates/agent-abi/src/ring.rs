@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
 /// Layout version of [`Header`] and [`Record`]; the detector ignores rings of another one.
 /// Bump it whenever either changes.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 /// Ring files one process may create: its first, and one per program exec'd in it.
@@ -121,7 +121,21 @@ pub struct Header {
     /// memory with userfaultfd and re-arms nothing (`huddle run` on a machine where the
     /// matrix cannot change a placement).
     pub dormant: AtomicU64,
+    /// Written by the detector: the last [`APART_SLOTS`] private pages whose two tasks it
+    /// found touching only their own parts of the page (false sharing, see the detector's
+    /// edges module), page `n` at `apart_pages[n % APART_SLOTS]`, then `apart_told` = n + 1
+    /// (release). The agent stops re-arming them for the tasks' sake.
+    pub apart_pages: [AtomicU64; APART_SLOTS],
+    /// Written by the detector: pages found apart so far (see `apart_pages`).
+    pub apart_told: AtomicU64,
+    /// `apart_told` as the agent last read it: the pages found apart that it keeps out of its
+    /// focus table (all but any that left the list before it read them).
+    pub apart_heard: AtomicU64,
 }
+
+/// Pages found apart the header holds (see [`Header::apart_pages`]): the agent reads them
+/// at every tick, and the detector finds a few a second at most.
+pub const APART_SLOTS: usize = 32;
 
 /// A fault the agent resolved itself: task `tid` touched `addr` at `time` (CLOCK_MONOTONIC ns).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -187,6 +201,28 @@ impl RingView {
         h.head.store(head + 1, Ordering::Release);
     }
 
+    /// Detector: tells the agent that `page` was found apart (see [`Header::apart_pages`]).
+    pub fn tell_apart(&self, page: u64) {
+        let h = self.header();
+        let n = h.apart_told.load(Ordering::Relaxed);
+        h.apart_pages[n as usize % APART_SLOTS].store(page, Ordering::Relaxed);
+        h.apart_told.store(n + 1, Ordering::Release);
+    }
+
+    /// Agent: hands `f` the pages found apart since `*seen` of them were read (the last
+    /// [`APART_SLOTS`] at most) and moves `*seen` on.
+    pub fn read_apart(&self, seen: &mut u64, mut f: impl FnMut(u64)) {
+        let h = self.header();
+        let told = h.apart_told.load(Ordering::Acquire);
+        let from = (*seen)
+            .max(told.saturating_sub(APART_SLOTS as u64))
+            .min(told);
+        for n in from..told {
+            f(h.apart_pages[n as usize % APART_SLOTS].load(Ordering::Relaxed));
+        }
+        *seen = told;
+    }
+
     /// Consumer: hands every published record to `f`.
     pub fn drain(&self, mut f: impl FnMut(Record)) -> u64 {
         let h = self.header();
@@ -248,5 +284,31 @@ mod tests {
         let mut again = Vec::new();
         v.drain(|r| again.push(r.time));
         assert_eq!(again, vec![99], "wraps around after a drain");
+    }
+
+    #[test]
+    fn pages_found_apart_reach_the_agent_once_and_only_the_last_slots_of_them() {
+        let mut mem = vec![0u64; file_size() / 8 + 1];
+        let v = unsafe { RingView::new(mem.as_mut_ptr() as *mut u8) };
+        let mut seen = 0;
+        let mut got = Vec::new();
+        v.read_apart(&mut seen, |p| got.push(p));
+        assert!(got.is_empty(), "nothing told yet");
+        v.tell_apart(0x1000);
+        v.tell_apart(0x2000);
+        v.read_apart(&mut seen, |p| got.push(p));
+        assert_eq!(got, vec![0x1000, 0x2000]);
+        got.clear();
+        v.read_apart(&mut seen, |p| got.push(p));
+        assert!(got.is_empty(), "each page is read once");
+        for k in 0..APART_SLOTS as u64 + 3 {
+            v.tell_apart(k << 12);
+        }
+        v.read_apart(&mut seen, |p| got.push(p));
+        let kept: Vec<u64> = (3..APART_SLOTS as u64 + 3).map(|k| k << 12).collect();
+        assert_eq!(
+            got, kept,
+            "an agent that fell behind reads the last APART_SLOTS"
+        );
     }
 }

@@ -8,7 +8,8 @@
 //! again and again (SAME_TO_DEMOTE times; while searching, also not touched by the other for
 //! OTHER_GONE_NS), or that more than MAX_TIDS tasks touch (a flag or a barrier every task
 //! reads, whose faults only say who came first), or that is not touched again, leaves the
-//! table.
+//! table. So does a page the detector found apart (two tasks each on their own part of it,
+//! see its edges module; it counts none of their faults there), which stays out APART_NS.
 //!
 //! Where only a few pages are shared, as in a halo exchange (a page or two at each edge of a
 //! task's block among thousands), a uniform sample would take seconds to hit one. But each
@@ -73,6 +74,13 @@ const EDGE_RECHECK_NS: u64 = 1_000_000_000;
 /// second), and this many are remembered.
 const EDGE_REPROBE_NS: u64 = 10_000_000_000;
 const EDGES: usize = 64;
+/// Pages the detector found apart (two tasks on their own parts of one page: false
+/// sharing, whose faults it does not count) are kept out of the table this long, and this
+/// many are remembered. In a Fortran COMMON halo every block edge of the source field is
+/// such a page, and a pair found first there had its re-arms spent on it, uncounted
+/// (layout-f halo x8, 2026-11-28: a link at 0 events for all of an 8-s run).
+const APART_NS: u64 = 10_000_000_000;
+const APART: usize = 64;
 /// Pairs whose re-arms are counted (see `served`), and the most re-arms a pair found late
 /// is behind the best-served one when it is first served: it catches up that many before
 /// the others have their turns again.
@@ -198,6 +206,9 @@ pub struct Focus {
     /// Pages lately made edge probes, and when.
     edges: [(u64, u64); EDGES],
     edges_next: usize,
+    /// Pages the detector found apart, and when (see APART_NS).
+    apart: [(u64, u64); APART],
+    apart_next: usize,
     /// Re-arms of pages found shared, per pair of tasks (pair key, count; key 0: free).
     served: [(u64, u32); PAIRS],
     /// Pages seen shared (two tasks or more) so far, and re-arms given to due pages.
@@ -410,6 +421,20 @@ impl Focus {
             .any(|e| e.page > lo && e.page < hi && e.ntids == 0 && !e.edge)
     }
 
+    /// The detector found `page` apart: it leaves the table and is not taken in again for
+    /// APART_NS.
+    pub fn apart(&mut self, page: u64, now: u64) {
+        for e in self.entries.iter_mut().filter(|e| e.page == page) {
+            e.page = 0;
+        }
+        self.apart_next = (self.apart_next + 1) % APART;
+        self.apart[self.apart_next] = (page, now);
+    }
+
+    fn is_apart(&self, page: u64, now: u64) -> bool {
+        (self.apart.iter()).any(|&(p, at)| p == page && now.saturating_sub(at) <= APART_NS)
+    }
+
     /// Whether `page` was not made an edge probe within EDGE_REPROBE_NS; remembers it.
     fn new_edge(&mut self, page: u64, now: u64) -> bool {
         if self
@@ -429,7 +454,7 @@ impl Focus {
     /// pages found shared keep most of the table and the budget is not spent on waiting
     /// lists: at the steady 75 pages/s, 64 probes are under a second's work.
     fn add(&mut self, page: u64, due: u64, tid: Option<u32>, tries: u8) -> Option<&mut Entry> {
-        if self.entries.iter().any(|e| e.page == page) {
+        if self.entries.iter().any(|e| e.page == page) || self.is_apart(page, due) {
             return None;
         }
         let kind = tid.is_some() as u8;
@@ -677,6 +702,8 @@ mod tests {
             known_next: 0,
             edges: [(0, 0); EDGES],
             edges_next: 0,
+            apart: [(0, 0); APART],
+            apart_next: 0,
             served: [(0, 0); PAIRS],
             probes: Outcomes::default(),
             samples: 0,
@@ -1235,6 +1262,25 @@ mod tests {
         let across = f.entries.iter().find(|e| e.page == 70 << 12).unwrap();
         assert_eq!(across.between, pair_key(1, 2));
         assert!(t < EDGE_REPROBE_NS);
+    }
+
+    #[test]
+    fn a_page_the_detector_found_apart_leaves_and_stays_out_for_a_while() {
+        let mut f = table();
+        let (found, elsewhere) = (5 << 40, 9 << 40);
+        entry(&mut f, found, &[1, 2], 10 * MS);
+        f.apart(found, 5 * MS);
+        assert_eq!(
+            f.len(),
+            0,
+            "a page found shared that the detector found apart leaves"
+        );
+        f.fault(found, 1, 20 * MS);
+        assert_eq!(f.len(), 0, "a sample of it is not probed");
+        f.fault(elsewhere, 1, 20 * MS);
+        assert_eq!(f.len(), 1, "a sample elsewhere is");
+        f.fault(found, 2, 5 * MS + APART_NS + MS);
+        assert_eq!(f.len(), 2, "after APART_NS it is probed again");
     }
 
     #[test]

@@ -233,6 +233,9 @@ struct State {
     nregistered: usize,
     /// Pages seen shared, re-armed more often (under the lock).
     focus: focus::Focus,
+    /// Pages the detector found apart that the focus table was told of (see
+    /// agent_abi::ring::Header::apart_pages).
+    apart_read: u64,
     /// Re-arm only while two threads or more are busy (see the busy module); /proc/self/task
     /// for that (-1: not in that mode), and the threads' CPU times.
     threads_only: bool,

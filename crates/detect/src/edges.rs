@@ -182,6 +182,9 @@ pub struct Tick {
     /// Edges just proven shared (a probe saw both threads touch one word), with the events
     /// counted on them so far.
     pub proven: Vec<(EdgeKey, u64)>,
+    /// (pid, page) of pages just found apart, alone or with their edge: the agent of that
+    /// process stops spending re-arms on them.
+    pub apart_pages: Vec<(u32, u64)>,
 }
 
 /// Every edge seen, with its probe if one is running.
@@ -309,6 +312,7 @@ impl PageEdges {
                 page.apart = true;
                 events_back = std::mem::take(&mut page.events);
                 self.pages_apart += 1;
+                found.apart_pages.push((e.pid, p.page));
             }
             if !swept {
                 e.tries += 1;
@@ -324,6 +328,9 @@ impl PageEdges {
                 Verdict::Apart => {
                     self.apart += 1;
                     events_back = e.events;
+                    // Pages found apart on their own were told already.
+                    let others = e.pages.iter().filter(|q| !q.apart);
+                    found.apart_pages.extend(others.map(|q| (e.pid, q.page)));
                 }
                 Verdict::Unknown if !swept => e.next_probe_ns = now_ns + RETRY_NS,
                 Verdict::Unknown => {}
@@ -507,19 +514,26 @@ mod tests {
 
     /// Probes edge `key`, seen once on each of the two `pages`, whose tasks 0 and 1 are `a`
     /// and `b`, until it has a verdict; the verdict, the events taken back and whether it
-    /// was proven. None when this machine has no hardware watchpoints.
-    fn probe(pages: &Pages, key: EdgeKey, a: Sweeper, b: Sweeper) -> Option<(Verdict, u64, bool)> {
+    /// was proven, and the pages told apart (to the agent of pid 7). None when this machine
+    /// has no hardware watchpoints.
+    fn probe(pages: &Pages, key: EdgeKey, a: Sweeper, b: Sweeper) -> Option<Probed> {
         let mut edges = PageEdges::default();
         let base = pages.0.as_ptr() as u64;
         assert!(edges.event(7, key, base) && edges.event(7, key, base + 4096));
         let tids = [a.tid, b.tid];
         let t0 = crate::session::monotonic_ns();
-        let (mut back, mut proven) = (0, Vec::new());
+        let (mut back, mut proven, mut told) = (0, Vec::new(), Vec::new());
         let verdict = loop {
             let now = crate::session::monotonic_ns();
             let found = edges.tick(now, |pid, _| pid == 7, |t| tids.get(t as usize).copied());
             back += found.apart.iter().map(|b| b.events).sum::<u64>();
             proven.extend(found.proven);
+            told.extend(
+                found
+                    .apart_pages
+                    .iter()
+                    .map(|&(pid, page)| (pid, page - base)),
+            );
             if let Some(why) = &edges.unavailable {
                 eprintln!("{why}: nothing to check on this machine");
                 break None;
@@ -538,7 +552,7 @@ mod tests {
                     }
                 );
                 assert_eq!(edges.open(), v == Verdict::Unknown);
-                break Some((v, back, one_word));
+                break Some((v, back, one_word, told));
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         };
@@ -548,6 +562,10 @@ mod tests {
         }
         verdict
     }
+
+    /// What `probe` saw: the verdict, events taken back, proven, pages told apart (pid,
+    /// offset from the first page), in the order told.
+    type Probed = (Verdict, u64, bool, Vec<(u32, u64)>);
 
     #[test]
     fn threads_either_side_of_an_edge_are_apart_unless_one_reads_across_on_some_page() {
@@ -571,7 +589,7 @@ mod tests {
         ) else {
             return;
         };
-        assert_eq!(verdict, (Verdict::Apart, 2, false));
+        assert_eq!(verdict, (Verdict::Apart, 2, false, vec![(7, 0), (7, 4096)]));
         // Task 0 reads one word across on the second page only (a neighbour read in one of
         // two arrays): shared.
         let mut across = own(&low);

@@ -254,6 +254,9 @@ pub struct Stats {
     pub focus_shared: u64,
     /// Re-arms the agents gave the pages of `focus_shared`.
     pub focus_rearms: u64,
+    /// Pages the page edges found apart that the agents heard of and keep out of their
+    /// focus tables (see edges.rs and the agent's focus module).
+    pub focus_apart: u64,
     /// Agent ring files mapped so far (one per process and exec, ended ones included).
     pub agents: usize,
     /// The program-wide re-arm floor now, pages/s (0 without an agent).
@@ -1300,6 +1303,15 @@ impl Session {
                 self.page_events_proven += events;
             }
         }
+        for (pid, page) in found.apart_pages {
+            let ring = self
+                .ring_of_pid
+                .get(&pid)
+                .and_then(|path| self.rings.get(path));
+            if let Some(r) = ring {
+                r.view.tell_apart(page);
+            }
+        }
         for back in found.apart {
             for (x, y) in [(back.a, back.b), (back.b, back.a)] {
                 if let Some(n) = self
@@ -1474,6 +1486,7 @@ impl Session {
             s.adopted_pages += h.adopted_pages.load(Relaxed);
             s.focus_shared += h.focus_shared.load(Relaxed);
             s.focus_rearms += h.focus_rearms.load(Relaxed);
+            s.focus_apart += h.apart_heard.load(Relaxed);
             s.agent_cpu_s +=
                 (h.rearm_cpu_ns.load(Relaxed) + h.fault_cpu_ns.load(Relaxed)) as f64 / 1e9;
         }
