@@ -63,14 +63,18 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
             }
             view.header().ticks.fetch_add(1, Ordering::Relaxed);
             expire(st, now);
-            let mut apart_read = st.apart_read;
-            lock();
-            view.read_apart(&mut apart_read, |page| st.focus.apart(page, now));
-            unlock();
-            st.apart_read = apart_read;
-            view.header()
-                .apart_heard
-                .store(apart_read, Ordering::Relaxed);
+            // Pages the detector found apart leave the focus table; most ticks have none, and
+            // then the fault thread's lock is not taken.
+            if view.header().apart_told.load(Ordering::Relaxed) != st.apart_read {
+                let mut apart_read = st.apart_read;
+                lock();
+                view.read_apart(&mut apart_read, |page| st.focus.apart(page, now));
+                unlock();
+                st.apart_read = apart_read;
+                view.header()
+                    .apart_heard
+                    .store(apart_read, Ordering::Relaxed);
+            }
             let dt = (now - last) as f64 / 1e9;
             last = now;
             // The floor is program-wide: the detector divides it among the live agents.
