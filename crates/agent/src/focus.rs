@@ -29,10 +29,10 @@
 //! later tries of edge pages, one per pair of tasks either side of the edge. A step that
 //! faulted is not probed (it said whose the page is); each page of an edge gets EDGE_TRIES
 //! probes, and once one side is found shared the other side gets no more until the found
-//! side leaves the table (then it gets them again at once); a pair's pages
-//! share the re-arm period; only one uniform sample in SAMPLE_PROBE_EVERY is probed, once,
-//! and last (enough to notice that probes start finding sharing; edge probes do not count
-//! there, they look where sharing is by construction). While probes do find sharing (heap
+//! side leaves the table (then it gets them again at once), nor do the pair's edges in other
+//! fields (`pair_found`); a pair's pages share the re-arm period; only one uniform sample in
+//! SAMPLE_PROBE_EVERY is probed, once, and last (enough to notice that probes start finding
+//! sharing; edge probes do not count there, they look where sharing is by construction). While probes do find sharing (heap
 //! buffers read whole by another task), every sample is probed twice and all due pages are
 //! served in turns of pairs, longest due first: there the steps only split buffers both
 //! sides share anyway, and serving them first cost bench/detect's 32-thread pipeline and
@@ -306,17 +306,19 @@ impl Focus {
                 if e.ntids == 2 && !e.edge {
                     self.probes.done(true);
                 }
-                if self.entries[k].edge {
-                    // The pair is found: the page across the edge, which the neighbour
-                    // hardly ever touches first, needs no more probes.
+                let pair = self.entries[k].tids;
+                if searching {
+                    // The pair is found: its other edges' pages, the one across this edge
+                    // (which the neighbour hardly ever touches first) and those in other
+                    // fields, need no more probes (see `pair_found`).
+                    let key = pair_key(pair[0], pair[1]);
                     for e in self.entries.iter_mut() {
-                        if e.edge && e.ntids < 2 && e.page.abs_diff(page) == PAGE {
+                        if e.edge && e.ntids < 2 && e.between == key {
                             e.page = 0;
                         }
                     }
                 }
                 self.found_shared += 1;
-                let pair = self.entries[k].tids;
                 let same_pair = |e: &Entry| {
                     e.page != 0 && e.ntids == 2 && (e.tids == pair || e.tids == [pair[1], pair[0]])
                 };
@@ -357,8 +359,12 @@ impl Focus {
             if gap == PAGE {
                 if self.probes.phase() != Phase::Spread {
                     // Each side of the edge is probed EDGE_TRIES times, at most once per
-                    // EDGE_REPROBE_NS (a fault on one side finds the other again and again).
+                    // EDGE_REPROBE_NS (a fault on one side finds the other again and again),
+                    // unless the pair is found already.
                     let between = pair_key(tid, t);
+                    if self.pair_found(between) {
+                        continue;
+                    }
                     for p in [page, q] {
                         if self.new_edge(p, now) {
                             match self.entries.iter_mut().find(|e| e.page == p) {
@@ -386,6 +392,17 @@ impl Focus {
                 }
             }
         }
+    }
+
+    /// Whether a page of the pair `pair` is in the table found shared. While searching, one
+    /// page is as good as several: a pair's pages share the re-arm period, so more of them
+    /// add no events, while each edge of the pair in another field took EDGE_TRIES probes a
+    /// side, most of them for nothing (layout-c halo: the source term's edges are read by
+    /// their owner only, 8 or more probes a side). Not recorded as an edge probe, so the
+    /// next fault there makes it one if the pair has been lost meanwhile.
+    fn pair_found(&self, pair: u64) -> bool {
+        (self.entries.iter())
+            .any(|e| e.page != 0 && e.ntids == 2 && pair_key(e.tids[0], e.tids[1]) == pair)
     }
 
     /// A found edge page of `owner` and `other` left the table (its owner came first again
@@ -1224,6 +1241,42 @@ mod tests {
         assert!(due(&mut f, t).contains(&(69 << 12)));
         f.fault(69 << 12, 2, t);
         assert_eq!(edges(&f), [69], "page 70 needs no more probes");
+    }
+
+    #[test]
+    fn a_pair_found_on_one_edge_needs_no_probes_of_its_other_edges() {
+        let mut f = searching_table();
+        // Tasks 1 and 2 meet at 69|70 and, in another field, at 169|170; 2 and 3 at 369|370.
+        for (page, task) in [(69, 1), (70, 2), (169, 1), (170, 2), (369, 2), (370, 3)] {
+            f.fault(page << 12, task, 0);
+        }
+        let edges = |f: &Focus| {
+            let mut e: Vec<u64> = (f.entries.iter())
+                .filter(|e| e.page != 0 && e.edge && e.ntids < 2)
+                .map(|e| e.page >> 12)
+                .collect();
+            e.sort();
+            e
+        };
+        assert_eq!(edges(&f), [69, 70, 169, 170, 369, 370]);
+        // Page 69 is found shared (task 1 faults on it, then task 2): the pair's other edge
+        // probes leave, the other pair's stay.
+        let mut t = MS;
+        assert!(due(&mut f, t).contains(&(69 << 12)));
+        f.fault(69 << 12, 1, t);
+        t += PROBE_DELAY_NS;
+        assert!(due(&mut f, t).contains(&(69 << 12)));
+        f.fault(69 << 12, 2, t);
+        assert_eq!(edges(&f), [369, 370]);
+        // A new edge of the found pair is not probed; one of another pair is.
+        for (page, task) in [(269, 1), (270, 2), (469, 3), (470, 4)] {
+            f.fault(page << 12, task, t);
+        }
+        assert_eq!(edges(&f), [369, 370, 469, 470]);
+        // Once the pair's found page leaves, a fault at one of its edges makes probes again.
+        f.apart(69 << 12, t);
+        f.fault(270 << 12, 2, t + MS);
+        assert_eq!(edges(&f), [269, 270, 369, 370, 469, 470]);
     }
 
     #[test]
