@@ -59,7 +59,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = detect::DEFAULT_REARM_FLOOR)]
     pub rearm_floor: u32,
     /// Pages per second at least while the pattern holds; --rearm-rate falls by the same
-    /// factor then (each re-armed page costs the program tens of microseconds)
+    /// factor then, by 4 at most (each re-armed page costs the program tens of microseconds)
     #[arg(long, value_name = "N", default_value_t = detect::DEFAULT_STEADY_FLOOR)]
     pub steady_floor: u32,
     /// Do not re-arm private anonymous memory (userfaultfd write-protect)

@@ -44,7 +44,7 @@ pub struct Common {
     #[arg(long, default_value_t = detect::DEFAULT_REARM_FLOOR, value_name = "N")]
     pub rearm_floor: u32,
     /// Pages per second at least while the pattern holds; the 1 % rate falls by the same
-    /// factor then
+    /// factor then, by 4 at most
     #[arg(long, default_value_t = detect::DEFAULT_STEADY_FLOOR, value_name = "N")]
     pub steady_floor: u32,
     /// Treat each process, not each thread, as one task (for multi-process programs)

@@ -50,11 +50,17 @@ pub const DEFAULT_REARM_RATE: f64 = 0.01;
 /// ... but at least this many pages per second while the pattern is new or changing
 /// ([`crate::budget`]). On the 2-core VM, 300 kept every communicating pattern at 8 tasks at
 /// r >= 0.93 and the phase-change delay at a median 0.2-0.3 s (a fixed 75: over 2 s in 4
-/// of 7 runs) ...
-pub const DEFAULT_REARM_FLOOR: u32 = 300;
+/// of 7 runs). 600 finds the edges of a static decomposition sooner, at about 40 bisection
+/// steps a second at 300: first correct remap within 1 s on bench/layouts' 8-thread rows
+/// (c and f; halo, stencil, pipeline; 3-s `huddle run`, 8 alternating rounds, 2026-11-28)
+/// in 44 of 48 runs against 34 of 48 at 300, median 0.51 s against 0.76 s; the extra 450
+/// pages of the first 1.5 s cost the program tens of ms at 29-71 us a page ...
+pub const DEFAULT_REARM_FLOOR: u32 = 600;
 /// ... and this many once it holds: bench/detect measured one re-armed private page to cost
 /// the ring workload 29-71 us of its time here, so a fixed 300 pages/s took about 2 %.
 pub const DEFAULT_STEADY_FLOOR: u32 = 75;
+/// While the pattern holds the rate falls with the floor, by this factor at most.
+pub const MAX_RATE_CUT: f64 = 4.0;
 /// Agent wake-up period (CDSM: 10 ms).
 pub const DEFAULT_AGENT_INTERVAL_MS: u32 = 10;
 
@@ -1059,16 +1065,15 @@ impl Session {
 
     /// The agents' re-arm rate now, in millionths of their pages per second: the configured
     /// rate times the floor now over the start floor, so that while the pattern holds both
-    /// terms of the budget drop together (by 4 at the defaults, 300 -> 75). At least 1, since
-    /// 0 tells an agent to use its own rate.
+    /// terms of the budget drop together, but by MAX_RATE_CUT at most (1 % -> 0.25 % at the
+    /// defaults, as when the start floor was 300: the start floor was raised for the search
+    /// at the start, not to re-arm large programs less while the pattern holds). At least 1,
+    /// since 0 tells an agent to use its own rate.
     fn rate_ppm(&self) -> u64 {
         if self.agent_rate <= 0.0 {
             return 0;
         }
-        let scale = match self.agent_high_floor {
-            0 => 1.0,
-            high => self.agent_floor as f64 / high as f64,
-        };
+        let scale = rate_scale(self.agent_floor, self.agent_high_floor);
         ((self.agent_rate * 1e6 * scale).round() as u64).max(1)
     }
 
@@ -1726,8 +1731,34 @@ fn hw_sampling_note() -> String {
     }
 }
 
+/// What the configured re-arm rate is multiplied by while the floor is `floor` pages/s out of
+/// a start floor of `high` (see `Session::rate_ppm`).
+fn rate_scale(floor: u64, high: u64) -> f64 {
+    match high {
+        0 => 1.0,
+        high => (floor as f64 / high as f64).max(1.0 / MAX_RATE_CUT),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_rate_falls_with_the_floor_by_four_at_most() {
+        assert_eq!(super::rate_scale(600, 600), 1.0);
+        assert_eq!(super::rate_scale(150, 300), 0.5);
+        assert_eq!(super::rate_scale(75, 300), 0.25);
+        assert_eq!(
+            super::rate_scale(75, 600),
+            0.25,
+            "the defaults: 1 % -> 0.25 %"
+        );
+        assert_eq!(
+            super::rate_scale(0, 0),
+            1.0,
+            "no floor: the rate as configured"
+        );
+    }
+
     use super::{age_rows, in_tree, IdSet, Record};
 
     #[test]
