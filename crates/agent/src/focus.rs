@@ -32,11 +32,11 @@
 //! side leaves the table (then it gets them again at once), nor do the pair's edges in other
 //! fields (`pair_found`); a pair's pages share the re-arm period; only one uniform sample in
 //! SAMPLE_PROBE_EVERY is probed, once, and last (enough to notice that probes start finding
-//! sharing; edge probes do not count there, they look where sharing is by construction). While probes do find sharing (heap
-//! buffers read whole by another task), every sample is probed twice and all due pages are
-//! served in turns of pairs, longest due first: there the steps only split buffers both
-//! sides share anyway, and serving them first cost bench/detect's 32-thread pipeline and
-//! master-worker about 0.08 of r.
+//! sharing; edge probes do not count there, they look where sharing is by construction).
+//! While probes do find sharing (heap buffers read whole by another task), every sample is
+//! probed twice and all due pages are served in turns of pairs, longest due first: there
+//! the steps only split buffers both sides share anyway, and serving them first cost
+//! bench/detect's 32-thread pipeline and master-worker about 0.08 of r.
 //!
 //! A pair of tasks found late catches up: pairs found sharing are served in turns, but one
 //! found when the others have had many re-arms starts up to CATCH_UP re-arms behind the best

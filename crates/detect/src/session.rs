@@ -1742,6 +1742,8 @@ fn rate_scale(floor: u64, high: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use super::{age_rows, in_tree, IdSet, Record};
+
     #[test]
     fn the_rate_falls_with_the_floor_by_four_at_most() {
         assert_eq!(super::rate_scale(600, 600), 1.0);
@@ -1758,8 +1760,6 @@ mod tests {
             "no floor: the rate as configured"
         );
     }
-
-    use super::{age_rows, in_tree, IdSet, Record};
 
     #[test]
     fn system_wide_records_are_kept_for_the_tree_and_what_it_starts() {
