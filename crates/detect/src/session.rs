@@ -53,8 +53,10 @@ pub const DEFAULT_REARM_RATE: f64 = 0.01;
 /// of 7 runs). 600 finds the edges of a static decomposition sooner, at about 40 bisection
 /// steps a second at 300: first correct remap within 1 s on bench/layouts' 8-thread rows
 /// (c and f; halo, stencil, pipeline; 3-s `huddle run`, 8 alternating rounds, 2026-11-28)
-/// in 44 of 48 runs against 34 of 48 at 300, median 0.51 s against 0.76 s; the extra 450
-/// pages of the first 1.5 s cost the program tens of ms at 29-71 us a page ...
+/// in 44 of 48 runs against 34 of 48 at 300, median 0.51 s against 0.76 s. The extra 450
+/// pages of the first 1.5 s cost the program tens of ms at 29-71 us a page, and layout-c
+/// pipeline x8's detected r fell from 0.970 to 0.949 (the pairs found first run ahead;
+/// docs/detect.md, "A start floor of 600 pages/s") ...
 pub const DEFAULT_REARM_FLOOR: u32 = 600;
 /// ... and this many once it holds: bench/detect measured one re-armed private page to cost
 /// the ring workload 29-71 us of its time here, so a fixed 300 pages/s took about 2 %.
