@@ -310,11 +310,20 @@ impl Focus {
                 if searching {
                     // The pair is found: its other edges' pages, the one across this edge
                     // (which the neighbour hardly ever touches first) and those in other
-                    // fields, need no more probes (see `pair_found`).
+                    // fields, need no more probes (see `pair_found`). Nor are they remembered
+                    // as probed: if this page is found apart (false sharing: in a Fortran
+                    // COMMON halo the source field's block edges) the pair is lost, and
+                    // they must be probed again at their next fault, not EDGE_REPROBE_NS
+                    // later (layout-f halo x8, 2026-11-28: a pair found at 0.00 s on the
+                    // source field, told apart at 0.11 s, had 2 events in 8 s).
                     let key = pair_key(pair[0], pair[1]);
-                    for e in self.entries.iter_mut() {
-                        if e.edge && e.ntids < 2 && e.between == key {
-                            e.page = 0;
+                    for k in 0..ENTRIES {
+                        let e = self.entries[k];
+                        if e.page != 0 && e.edge && e.ntids < 2 && e.between == key {
+                            self.entries[k].page = 0;
+                            for slot in self.edges.iter_mut().filter(|(p, _)| *p == e.page) {
+                                *slot = (0, 0);
+                            }
                         }
                     }
                 }
@@ -330,20 +339,39 @@ impl Focus {
     }
 
     /// Remembers that `tid` uses `page`; probes towards the edge with the nearest known
-    /// page on either side that another task uses.
+    /// page on either side that another task uses. While searching, from the known page of
+    /// `tid` nearest to that one (the narrowest bracket known), not from `page`: a chain of
+    /// steps that died (a step never served or never touched) left its innermost pages
+    /// known, and a fault farther inside the block, where most uniform samples land, found
+    /// its own task's pages nearest and restarted nothing; a pair whose edges were lost so
+    /// kept 0 events for the rest of an 8-s run (layout-f halo x8, 2026-11-28).
     fn learn(&mut self, page: u64, tid: u32, now: u64) {
-        let (mut below, mut above) = ((0u64, 0u32, 0u64), (u64::MAX, 0u32, 0u64));
         let mut slot = None;
+        let fresh = |at: u64| now.saturating_sub(at) <= KNOWN_MAX_AGE_NS;
+        // The nearest known page of another task either side (0 / MAX: none).
+        let (mut below, mut above) = ((0u64, 0u32, 0u64), (u64::MAX, 0u32, 0u64));
         for (k, &(p, t, at)) in self.known.iter().enumerate() {
-            if p == 0 || now.saturating_sub(at) > KNOWN_MAX_AGE_NS {
+            if p == 0 || !fresh(at) {
                 continue;
             }
             if p == page {
                 slot = Some(k);
+            } else if t == tid {
+                continue;
             } else if p < page && p > below.0 {
                 below = (p, t, at);
             } else if p > page && p < above.0 {
                 above = (p, t, at);
+            }
+        }
+        // Between them and `page` every known page is `tid`'s: the nearest to each is where
+        // the bracket starts.
+        let (mut near_below, mut near_above) = (page, page);
+        for &(p, _, at) in self.known.iter() {
+            if p != 0 && fresh(at) && p > below.0 && p < near_below {
+                near_below = p;
+            } else if p != 0 && fresh(at) && p < above.0 && p > near_above {
+                near_above = p;
             }
         }
         let k = slot.unwrap_or_else(|| {
@@ -351,10 +379,13 @@ impl Focus {
             self.known_next
         });
         self.known[k] = (page, tid, now);
-        for (q, t, at) in [below, above] {
-            if q == 0 || q == u64::MAX || t == tid {
+        let searching = self.probes.phase() != Phase::Spread;
+        for ((q, t, at), near) in [(below, near_below), (above, near_above)] {
+            // Where sharing is spread, only from the page nearest the other task's.
+            if q == 0 || q == u64::MAX || (!searching && near != page) {
                 continue;
             }
+            let page = near;
             let gap = q.abs_diff(page);
             if gap == PAGE {
                 if self.probes.phase() != Phase::Spread {
@@ -892,6 +923,33 @@ mod tests {
     }
 
     #[test]
+    fn a_bisection_that_died_restarts_from_a_fault_farther_inside_the_block() {
+        // Task 1 uses the pages below page 70, task 2 the ones from 70 on.
+        let mut f = searching_table();
+        f.fault(60 << 12, 1, 0);
+        f.fault(75 << 12, 2, 0);
+        // The step half-way is never served: it goes stale.
+        let t = STALE_NS + 2 * MS;
+        assert!(!due(&mut f, t).contains(&(67 << 12)), "stale");
+        assert!(due(&mut f, t + MS).is_empty());
+        // A fault of task 2 far from the edge: the bracket is still 60..75, from task 2's
+        // page nearest to task 1's.
+        f.fault(100 << 12, 2, t + 2 * MS);
+        assert_eq!(due(&mut f, t + 3 * MS), [67 << 12]);
+        // Where sharing is spread, only faults next to the other task's pages bisect.
+        let mut g = spread_table();
+        g.fault(60 << 12, 1, 0);
+        g.fault(75 << 12, 2, 0);
+        g.fault(100 << 12, 2, 0);
+        let steps = |g: &Focus| {
+            (g.entries.iter())
+                .filter(|e| e.page != 0 && e.ntids == 0)
+                .count()
+        };
+        assert_eq!(steps(&g), 1, "one step, between 60 and 75");
+    }
+
+    #[test]
     fn outcomes_say_search_while_probes_rarely_find_sharing() {
         let mut o = Outcomes::default();
         for _ in 0..15 {
@@ -1273,10 +1331,13 @@ mod tests {
             f.fault(page << 12, task, t);
         }
         assert_eq!(edges(&f), [369, 370, 469, 470]);
-        // Once the pair's found page leaves, a fault at one of its edges makes probes again.
+        // Once the pair's found page leaves (found apart), a fault at one of its edges makes
+        // probes again: one never probed, and one whose probes left when the pair was found.
         f.apart(69 << 12, t);
         f.fault(270 << 12, 2, t + MS);
         assert_eq!(edges(&f), [269, 270, 369, 370, 469, 470]);
+        f.fault(170 << 12, 2, t + 2 * MS);
+        assert_eq!(edges(&f), [169, 170, 269, 270, 369, 370, 469, 470]);
     }
 
     #[test]
