@@ -414,8 +414,18 @@ impl PageEdges {
             .count();
     }
 
+    /// CDSM ageing, as the matrix's: an edge's events to take back age with the counts.
+    pub fn age(&mut self) {
+        for e in self.edges.values_mut() {
+            e.events -= e.events >> 2;
+            for p in &mut e.pages {
+                p.events -= p.events >> 2;
+            }
+        }
+    }
+
     /// Scales an edge's events to take back as the matrix's counts are scaled (see
-    /// `Session::scale`), rounded up.
+    /// `Session::scale`).
     pub fn scale(&mut self, num: u64, den: u64) {
         for e in self.edges.values_mut() {
             e.events = scaled(e.events, num, den);
