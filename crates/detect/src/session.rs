@@ -1646,9 +1646,9 @@ fn scale_rows(rows: &mut [Vec<u64>], num: u64, den: u64) {
     }
 }
 
-/// `v * num / den`, rounded to the nearest. Not up: a launcher's few events from before the
-/// program went parallel, each count rounded up to 1, kept it over `--min-share` of the
-/// scaled-down median in loaded runs (crates/cli/tests/detect.rs, under `make test`).
+/// `v * num / den`, rounded to the nearest. Not up: a task outside the workload with a few
+/// events, each count rounded up to 1, passed `--min-share` of the scaled-down median in a
+/// loaded run (crates/cli/tests/detect.rs, under `make test`).
 pub(crate) fn scaled(v: u64, num: u64, den: u64) -> u64 {
     (v * num + den / 2) / den
 }
