@@ -36,6 +36,7 @@
 //! touching the word below its entry is no proof there: a thread that loops over its own
 //! data enters a page wherever the re-arm found it, and the word below can be its own.
 
+use crate::session::scaled;
 use crate::watch::Watchpoint;
 use std::collections::HashMap;
 
@@ -419,6 +420,17 @@ impl PageEdges {
             e.events -= e.events >> 2;
             for p in &mut e.pages {
                 p.events -= p.events >> 2;
+            }
+        }
+    }
+
+    /// Scales an edge's events to take back as the matrix's counts are scaled (see
+    /// `Session::scale`).
+    pub fn scale(&mut self, num: u64, den: u64) {
+        for e in self.edges.values_mut() {
+            e.events = scaled(e.events, num, den);
+            for p in &mut e.pages {
+                p.events = scaled(p.events, num, den);
             }
         }
     }

@@ -373,6 +373,12 @@ pub struct Session {
     /// is scaled by the floor now over this floor (see [`crate::budget`]).
     agent_rate: f64,
     agent_high_floor: u64,
+    /// The counts of the start, taken at the high floor, were scaled to the low one.
+    start_scaled: bool,
+    /// Per task, what that scaling took off its total: `--min-share` judges a task by its
+    /// unscaled total, else a task outside the workload that only counted at the start (a
+    /// launcher) passes the share of a median the scaling lowered.
+    scaled_away: Vec<u64>,
     /// Chooses that floor from how new the recent events are; None without an agent.
     budget: Option<Budget>,
     /// Re-arming paused in every agent (see [`Session::set_paused`]).
@@ -497,6 +503,8 @@ impl Session {
             agent_floor: cfg.agent.as_ref().map_or(0, |a| a.rearm_floor as u64),
             agent_rate: cfg.agent.as_ref().map_or(0.0, |a| a.rearm_rate),
             agent_high_floor: cfg.agent.as_ref().map_or(0, |a| a.rearm_floor as u64),
+            start_scaled: false,
+            scaled_away: Vec::new(),
             budget: cfg
                 .agent
                 .as_ref()
@@ -993,6 +1001,18 @@ impl Session {
         if let Some(b) = self.budget.as_mut() {
             let floor = b.floor(self.poll_ns);
             if floor != self.agent_floor {
+                let (then, now) = (self.rearm_rate(self.agent_floor), self.rearm_rate(floor));
+                if !self.start_scaled && now < then {
+                    // The start is over. Its counts were sampled at the start's higher rate:
+                    // scaled to the steady one, each stays in proportion to the traffic it
+                    // samples, and the start's many events do not outweigh the steady state
+                    // (docs/detect.md, "Counts in proportion to the re-arm rate"). Not after
+                    // a boost: its events are there to outweigh the pattern before it.
+                    self.start_scaled = true;
+                    if now >= 1.0 {
+                        self.scale(now.round() as u64, then.round() as u64);
+                    }
+                }
                 self.agent_floor = floor;
                 self.share_floor();
             }
@@ -1063,6 +1083,15 @@ impl Session {
             r.view.header().paused.store(self.paused as u64, Relaxed);
             r.view.header().dormant.store(self.dormant as u64, Relaxed);
         }
+    }
+
+    /// Pages per second the agents re-arm in all at floor `floor` (see [`rearm_rate`]).
+    fn rearm_rate(&self, floor: u64) -> f64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let pages: u64 = (self.rings.values())
+            .map(|r| r.view.header().candidate_pages.load(Relaxed))
+            .sum();
+        rearm_rate(self.agent_rate, self.agent_high_floor, floor, pages)
     }
 
     /// The agents' re-arm rate now, in millionths of their pages per second: the configured
@@ -1412,7 +1441,10 @@ impl Session {
     /// initialised memory drops out; a master that talks to everyone stays). With no
     /// communication at all every task is kept: a silent program yields an honest zero matrix.
     pub fn active_tasks(&self, min_share: f64) -> Vec<usize> {
-        let totals = self.task_totals();
+        let mut totals = self.task_totals();
+        for (t, away) in totals.iter_mut().zip(&self.scaled_away) {
+            *t += away;
+        }
         let cand: Vec<usize> = (0..self.tasks.len())
             .filter(|&i| !self.tasks[i].agent)
             .collect();
@@ -1440,7 +1472,27 @@ impl Session {
         age_rows(&mut self.counts);
         age_rows(&mut self.page_counts);
         age_rows(&mut self.proven_counts);
+        age_rows(std::slice::from_mut(&mut self.scaled_away));
         self.edges.age();
+    }
+
+    /// Every count times `num / den`, rounded to the nearest (see `scaled`).
+    fn scale(&mut self, num: u64, den: u64) {
+        let before = self.task_totals();
+        for rows in [
+            &mut self.counts,
+            &mut self.page_counts,
+            &mut self.proven_counts,
+        ] {
+            scale_rows(rows, num, den);
+        }
+        self.edges.scale(num, den);
+        let after = self.task_totals();
+        self.scaled_away = before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| b.saturating_sub(*a))
+            .collect();
     }
 
     /// The counters now (reads the agents' ring headers and this process's rusage).
@@ -1601,6 +1653,22 @@ fn age_rows(rows: &mut [Vec<u64>]) {
     }
 }
 
+/// Every entry times `num / den` (see `scaled`).
+fn scale_rows(rows: &mut [Vec<u64>], num: u64, den: u64) {
+    for row in rows {
+        for v in row.iter_mut() {
+            *v = scaled(*v, num, den);
+        }
+    }
+}
+
+/// `v * num / den`, rounded to the nearest. Not up: a task outside the workload with a few
+/// events, each count rounded up to 1, passed `--min-share` of the scaled-down median in a
+/// loaded run (crates/cli/tests/detect.rs, under `make test`).
+pub(crate) fn scaled(v: u64, num: u64, den: u64) -> u64 {
+    (v * num + den / 2) / den
+}
+
 fn map_ring(path: &Path) -> Option<AgentRing> {
     use std::os::unix::fs::MetadataExt;
     let f = std::fs::OpenOptions::new()
@@ -1733,6 +1801,15 @@ fn hw_sampling_note() -> String {
     }
 }
 
+/// Pages per second re-armed in all at floor `floor` out of a start floor of `high`, with the
+/// configured rate `rate` (a fraction of `pages` per second; 0: the agents' own, unknown
+/// here): each agent's budget is max(rate x its pages, its share of the floor), taken here
+/// program-wide.
+fn rearm_rate(rate: f64, high: u64, floor: u64, pages: u64) -> f64 {
+    let rate = rate.max(0.0) * rate_scale(floor, high);
+    (rate * pages as f64).max(floor as f64)
+}
+
 /// What the configured re-arm rate is multiplied by while the floor is `floor` pages/s out of
 /// a start floor of `high` (see `Session::rate_ppm`).
 fn rate_scale(floor: u64, high: u64) -> f64 {
@@ -1744,7 +1821,7 @@ fn rate_scale(floor: u64, high: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{age_rows, in_tree, IdSet, Record};
+    use super::{age_rows, in_tree, rearm_rate, scale_rows, IdSet, Record, MAX_RATE_CUT};
 
     #[test]
     fn the_rate_falls_with_the_floor_by_four_at_most() {
@@ -1820,6 +1897,29 @@ mod tests {
         // take false sharing back.
         assert!(g(0, 40, 35, 0).by_page(true));
         assert!(!g(0, 40, 35, 0).by_page(false));
+    }
+
+    #[test]
+    fn counts_scale_by_the_fall_of_the_whole_re_arm_rate() {
+        // The layout workloads (26,667 pages): the floors decide, 600 -> 75 pages/s.
+        let (then, now) = (
+            rearm_rate(0.01, 600, 600, 26_667),
+            rearm_rate(0.01, 600, 75, 26_667),
+        );
+        assert_eq!((then, now), (600.0, 75.0));
+        // A million pages: the rate term decides, and falls by MAX_RATE_CUT only.
+        let (then, now) = (
+            rearm_rate(0.01, 600, 600, 1 << 20),
+            rearm_rate(0.01, 600, 75, 1 << 20),
+        );
+        assert!((then / now - MAX_RATE_CUT).abs() < 1e-9, "{then} {now}");
+        // The agents' own rate (0 here): the floors.
+        assert_eq!(rearm_rate(0.0, 600, 75, 1 << 20), 75.0);
+        // Scaled to the lower rate, rounded to the nearest: a count under half of 600 / 75
+        // goes.
+        let mut rows = vec![vec![0, 1, 3, 4, 8, 100], vec![7]];
+        scale_rows(&mut rows, 75, 600);
+        assert_eq!(rows, vec![vec![0, 0, 0, 1, 1, 13], vec![1]]);
     }
 
     #[test]
