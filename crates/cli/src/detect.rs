@@ -42,7 +42,9 @@ pub struct Args {
     #[arg(long)]
     pub processes: bool,
     /// Keep every task in the matrix (default: drop tasks with less than --min-share of the
-    /// median task's communication, e.g. a launcher thread; they stay in the task table)
+    /// median task's communication, e.g. a launcher thread; they stay in the task table).
+    /// Shares are of the counts as seen, before the start's counts are scaled down to the
+    /// steady re-arm rate
     #[arg(long)]
     pub all_tasks: bool,
     /// See --all-tasks
