@@ -55,6 +55,18 @@ pub const MIN_EVENTS: u64 = 2;
 pub const APART_PAGES: usize = 8;
 /// Distinct pages remembered per edge, to probe.
 const PAGES_KEPT: usize = 12;
+/// A page whose events are not counted (its edge or itself found apart) is told to the agent
+/// at its next event, and again this long after (the agent keeps a page told apart out of
+/// its focus table for as long: agent focus::APART_NS). Told only the pages an edge was
+/// probed on, the agent kept finding the other pages of an apart edge and spent re-arms on
+/// them: in layout-f stencil x4 (a COMMON block 0x300 bytes into a page, so each column's
+/// wrap page holds one task's end and the next one's start) half of the events on an
+/// east-west pair's pages were on its apart wrap edge (107 of 211 and 81 of 146, one
+/// 8-s run), and the links ended 104 and 65 events where they are equal.
+const RETELL_APART_NS: u64 = 10_000_000_000;
+/// Pages waiting to be told apart at the next tick, and told pages remembered, at most.
+const APART_PENDING: usize = 1024;
+const APART_TOLD: usize = 4096;
 /// Between two probes of one edge.
 const RETRY_NS: u64 = 300_000_000;
 /// Watchpoints per thread: x86's four debug registers.
@@ -200,6 +212,10 @@ pub struct PageEdges {
     /// Why no watchpoint can be set in this session, once one failed for a reason that holds
     /// for every thread (no hardware breakpoints, no permission).
     pub unavailable: Option<String>,
+    /// (pid, page) of events not counted since the last tick, and when each page was last
+    /// told apart (see RETELL_APART_NS).
+    apart_seen: Vec<(u32, u64)>,
+    apart_told: HashMap<(u32, u64), u64>,
     /// Probes started.
     pub probes: u64,
     /// Pages probed apart (their events are taken back, whatever their edge's verdict).
@@ -247,6 +263,9 @@ impl PageEdges {
         e.seen += 1;
         if e.verdict == Verdict::Apart || i.is_some_and(|i| e.pages[i].apart) {
             self.events_dropped += 1;
+            if self.apart_seen.len() < APART_PENDING {
+                self.apart_seen.push((pid, page));
+            }
             return false;
         }
         e.events += 1;
@@ -254,6 +273,24 @@ impl PageEdges {
             e.pages[i].events += 1;
         }
         true
+    }
+
+    /// Puts the pages of events not counted since the last tick into `told`, those not told
+    /// within RETELL_APART_NS.
+    fn retell_apart(&mut self, now_ns: u64, told: &mut Vec<(u32, u64)>) {
+        if self.apart_told.len() >= APART_TOLD {
+            let fresh = |at: &mut u64| now_ns.saturating_sub(*at) < RETELL_APART_NS;
+            self.apart_told.retain(|_, at| fresh(at));
+        }
+        for seen in self.apart_seen.drain(..) {
+            let at = self.apart_told.get(&seen).copied();
+            if at.is_none_or(|at| now_ns.saturating_sub(at) >= RETELL_APART_NS)
+                && self.apart_told.len() < APART_TOLD
+            {
+                self.apart_told.insert(seen, now_ns);
+                told.push(seen);
+            }
+        }
     }
 
     /// Whether a probe is running (its watchpoints are set).
@@ -291,6 +328,7 @@ impl PageEdges {
             return found;
         }
         self.last_tick_ns = now_ns;
+        self.retell_apart(now_ns, &mut found.apart_pages);
         let back = &mut found.apart;
         for (key, e) in self.edges.iter_mut() {
             if (e.probe.as_ref()).is_none_or(|p| now_ns.saturating_sub(p.started_ns) < PROBE_NS) {
@@ -468,6 +506,30 @@ mod tests {
         // No sweep: tried again, then kept as shared.
         assert_eq!(judge(false, false, 0, 3, MAX_TRIES - 1), Unknown);
         assert_eq!(judge(false, false, 0, 3, MAX_TRIES), Shared);
+    }
+
+    #[test]
+    fn later_pages_of_an_apart_edge_are_told_apart_once_per_retell_period() {
+        let mut edges = PageEdges::default();
+        let key = EdgeKey::of((0, 0), (1, 0x300)).unwrap();
+        assert!(edges.event(7, key, 0x1000));
+        edges.edges.get_mut(&key).unwrap().verdict = Verdict::Apart;
+        let tick = |edges: &mut PageEdges, now: u64| edges.tick(now, |_, _| false, |_| None);
+        let s = 1_000_000_000;
+        assert!(tick(&mut edges, s).apart_pages.is_empty());
+        // A page of the edge seen after its verdict: not counted, told at the next tick.
+        assert!(!edges.event(7, key, 0x9000));
+        assert!(!edges.event(7, key, 0x9000));
+        assert_eq!(tick(&mut edges, 2 * s).apart_pages, [(7, 0x9000)]);
+        // Again within the agent's memory of it: not told twice.
+        assert!(!edges.event(7, key, 0x9000));
+        assert!(tick(&mut edges, 3 * s).apart_pages.is_empty());
+        // Once the agent has forgotten it, told again.
+        assert!(!edges.event(7, key, 0x9000));
+        assert_eq!(
+            tick(&mut edges, 2 * s + RETELL_APART_NS).apart_pages,
+            [(7, 0x9000)]
+        );
     }
 
     #[test]
