@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
 /// Layout version of [`Header`] and [`Record`]; the detector ignores rings of another one.
 /// Bump it whenever either changes.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 /// Ring files one process may create: its first, and one per program exec'd in it.
@@ -46,6 +46,9 @@ pub mod private_mode {
     pub const YIELDED_TO_PROGRAM: u32 = 2;
     /// userfaultfd is unavailable (errno in `private_errno`).
     pub const UNAVAILABLE: u32 = 3;
+    /// The agent's helper threads could not start (pthread_create's error in
+    /// `private_errno`): nothing, private or shared, is re-armed in this process.
+    pub const NO_HELPERS: u32 = 4;
 }
 
 /// The start of a ring file, shared with the agent (`repr(C)`; change it only with

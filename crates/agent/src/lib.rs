@@ -517,11 +517,12 @@ fn start() {
         // guard page below it: a helper that overran its stack would otherwise write into
         // whatever the program mapped next (our mappings have no name where the kernel
         // lacks PR_SET_VMA_ANON_NAME, and merge with the program's).
-        let stacks = [guarded_stack(), guarded_stack()];
+        let stack_bytes = helper_stack_bytes();
+        let stacks = [guarded_stack(stack_bytes), guarded_stack(stack_bytes)];
         for (k, stack) in stacks.iter().enumerate() {
             if !stack.is_null() {
                 let guard = *stack as u64 - PAGE as u64;
-                (*st).excluded[2 + k] = (guard, *stack as u64 + HELPER_STACK as u64);
+                (*st).excluded[2 + k] = (guard, *stack as u64 + stack_bytes as u64);
             }
         }
         if (*st).vault != 0 {
@@ -532,11 +533,23 @@ fn start() {
             let mut attr: libc::pthread_attr_t = std::mem::zeroed();
             libc::pthread_attr_init(&mut attr);
             let mut tid: libc::pthread_t = 0;
-            if stack.is_null()
-                || libc::pthread_attr_setstack(&mut attr, stack, HELPER_STACK) != 0
-                || libc::pthread_create(&mut tid, &attr, main, st as *mut c_void) != 0
-            {
+            let err = if stack.is_null() {
+                libc::ENOMEM
+            } else {
+                match libc::pthread_attr_setstack(&mut attr, stack, stack_bytes) {
+                    0 => libc::pthread_create(&mut tid, &attr, main, st as *mut c_void),
+                    e => e,
+                }
+            };
+            if err != 0 {
+                // Said in the detector's notes: without its helpers the agent re-arms nothing.
                 view.header().errors.fetch_add(1, Ordering::Relaxed);
+                view.header()
+                    .private_mode
+                    .store(ring::private_mode::NO_HELPERS, Ordering::Relaxed);
+                view.header()
+                    .private_errno
+                    .store(err as u32, Ordering::Relaxed);
             }
             libc::pthread_attr_destroy(&mut attr);
         }
@@ -564,16 +577,53 @@ fn own_exe_is_mpi_launcher() -> bool {
     agent_abi::is_mpi_launcher(name)
 }
 
+/// What a helper needs of its stack for itself.
 const HELPER_STACK: usize = 256 << 10;
+/// Room for what glibc adds to the program's static TLS in a thread's block (the thread
+/// descriptor, the surplus for objects loaded later with initial-exec TLS): a few KiB.
+const TLS_MARGIN: usize = 64 << 10;
 
-/// HELPER_STACK bytes for a helper's stack above a PROT_NONE guard page (null: none).
-unsafe fn guarded_stack() -> *mut c_void {
-    let p = own_mapping(PAGE + HELPER_STACK);
+/// Stack bytes for a helper: HELPER_STACK plus the program's static TLS, which glibc carves
+/// out of the top of a stack given with pthread_attr_setstack, refusing (EINVAL) one too
+/// small to hold it. A Fortran OpenMP program keeps its THREADPRIVATE arrays there: NPB 3.3
+/// SP class A has a 516-KiB `.tbss`, and with a 256-KiB stack neither helper started, so the
+/// agent re-armed nothing and the run showed 0 events in 12,000 faults (2026-11-29).
+unsafe fn helper_stack_bytes() -> usize {
+    HELPER_STACK + static_tls_bytes().next_multiple_of(PAGE) + TLS_MARGIN
+}
+
+/// The TLS segments (`.tdata` + `.tbss`, PT_TLS) of every object loaded now, each rounded up
+/// to its alignment: the static TLS of every thread, or more (an object dlopen'ed with TLS
+/// of its own adds some that is allocated on first use instead).
+unsafe fn static_tls_bytes() -> usize {
+    unsafe extern "C" fn add(info: *mut libc::dl_phdr_info, _: usize, sum: *mut c_void) -> c_int {
+        // SAFETY: the loader passes a valid info whose dlpi_phdr has dlpi_phnum headers;
+        // `sum` is the usize below.
+        unsafe {
+            let info = &*info;
+            for k in 0..info.dlpi_phnum as usize {
+                let ph = &*info.dlpi_phdr.add(k);
+                if ph.p_type == libc::PT_TLS {
+                    let align = (ph.p_align as usize).max(1);
+                    *(sum as *mut usize) += (ph.p_memsz as usize).next_multiple_of(align);
+                }
+            }
+        }
+        0
+    }
+    let mut sum = 0usize;
+    libc::dl_iterate_phdr(Some(add), &mut sum as *mut usize as *mut c_void);
+    sum
+}
+
+/// `bytes` for a helper's stack above a PROT_NONE guard page (null: none).
+unsafe fn guarded_stack(bytes: usize) -> *mut c_void {
+    let p = own_mapping(PAGE + bytes);
     if p.is_null() {
         return p;
     }
     if libc::mprotect(p, PAGE, libc::PROT_NONE) != 0 {
-        libc::munmap(p, PAGE + HELPER_STACK);
+        libc::munmap(p, PAGE + bytes);
         return std::ptr::null_mut();
     }
     (p as *mut u8).add(PAGE) as *mut c_void

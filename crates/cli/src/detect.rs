@@ -309,6 +309,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         &document::tasks_csv(&tasks, &rows),
     )?;
     let stats = s.stats();
+    let agent_failures = s.agent_failures();
     let doc = Document {
         schema: document::SCHEMA,
         command: args
@@ -349,6 +350,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             stats.faults,
             tasks.len()
         );
+    }
+    for failure in &agent_failures {
+        eprintln!("huddle: warning: {failure}");
     }
     if stats.perf_lost + stats.agent_dropped > 0 {
         eprintln!(

@@ -310,6 +310,44 @@ fn agent_keeps_memory_intact_with(saved_by: &str, agent_copy: Option<&str>) {
     );
 }
 
+/// A program with more static TLS than a helper's own stack (1 MiB per thread, as a Fortran
+/// OpenMP program's THREADPRIVATE arrays): the agent's helpers start (their stacks hold the
+/// TLS glibc puts there) and re-arm its shared static array. Before, pthread_create refused
+/// the helpers' 256-KiB stacks, the agent re-armed nothing, and NPB SP class A showed 0
+/// events in 12,000 faults.
+#[test]
+fn agent_helpers_start_beside_a_large_static_tls() {
+    let d = tmp("big-tls");
+    let bin = compile_c(&d, "big_tls");
+    let o = Command::new("timeout")
+        .args(["-k", "5", "60"])
+        .arg(HUDDLE)
+        .env("HUDDLE_AGENT", agent())
+        .args(["detect", "--out"])
+        .arg(d.join("m.csv"))
+        .arg("--")
+        .arg(&bin)
+        .output()
+        .expect("huddle runs");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success() && out.contains("done"), "{out}{err}");
+    assert!(!err.contains("could not start"), "{err}");
+    let doc = json_file(&d.join("m.json"));
+    let stats = &doc["stats"];
+    assert_eq!(stats["agent_errors"].as_u64(), Some(0), "{stats}");
+    assert!(
+        stats["rearmed_private"].as_u64().unwrap_or(0) > 0,
+        "the agent re-armed the program's pages: {stats}"
+    );
+    assert!(
+        stats["comm_events"].as_u64().unwrap_or(0) > 0,
+        "the threads' sharing was seen: {stats}"
+    );
+}
+
 /// A copy of the agent under another name still knows its own data: its helpers use it, and
 /// re-arming it made them wait on themselves (every run hung before; found by matching the
 /// agent by file name only).

@@ -1552,6 +1552,20 @@ impl Session {
         s
     }
 
+    /// Processes whose agent re-arms nothing because its helper threads did not start: a
+    /// line each, for a warning (the run then sees only the faults the program makes itself).
+    pub fn agent_failures(&self) -> Vec<String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut v: Vec<String> = (self.rings.values())
+            .map(|r| r.view.header())
+            .filter(|h| h.private_mode.load(Relaxed) == ring::private_mode::NO_HELPERS)
+            .map(|h| format!("pid {}: {}", h.pid, no_helpers_note(h)))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     /// Per-process notes from the agents (private-memory mode and why).
     pub fn agent_notes(&self) -> Vec<String> {
         use std::sync::atomic::Ordering::Relaxed;
@@ -1572,6 +1586,7 @@ impl Session {
                         "private memory: not re-armed, userfaultfd unavailable ({})",
                         std::io::Error::from_raw_os_error(h.private_errno.load(Relaxed) as i32)
                     ),
+                    ring::private_mode::NO_HELPERS => no_helpers_note(h),
                     _ => "private memory: not re-armed (disabled)".to_string(),
                 };
                 format!("pid {}: {mode}", h.pid)
@@ -1583,6 +1598,15 @@ impl Session {
         v.extend(self.budget.as_ref().map(Budget::summary));
         v
     }
+}
+
+/// The note of an agent whose helper threads did not start.
+fn no_helpers_note(h: &ring::Header) -> String {
+    let errno = h.private_errno.load(std::sync::atomic::Ordering::Relaxed) as i32;
+    format!(
+        "nothing re-armed, the agent's helper threads could not start ({})",
+        std::io::Error::from_raw_os_error(errno)
+    )
 }
 
 impl Drop for Session {
