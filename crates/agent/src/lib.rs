@@ -586,7 +586,7 @@ const TLS_MARGIN: usize = 64 << 10;
 /// Stack bytes for a helper: HELPER_STACK plus the program's static TLS, which glibc carves
 /// out of the top of a stack given with pthread_attr_setstack, refusing (EINVAL) one too
 /// small to hold it. A Fortran OpenMP program keeps its THREADPRIVATE arrays there: NPB 3.3
-/// SP class A has a 516-KiB `.tbss`, and with a 256-KiB stack neither helper started, so the
+/// SP class A has a 504-KiB `.tbss`, and with a 256-KiB stack neither helper started, so the
 /// agent re-armed nothing and the run showed 0 events in 12,000 faults (2026-11-29).
 unsafe fn helper_stack_bytes() -> usize {
     HELPER_STACK + static_tls_bytes().next_multiple_of(PAGE) + TLS_MARGIN

@@ -1,5 +1,5 @@
 /* Threads with 1 MiB of static TLS each (a Fortran OpenMP program's THREADPRIVATE arrays
- * live there: NPB SP class A has 516 KiB) that share a static array for 2 s. glibc puts a
+ * live there: NPB SP class A has 504 KiB) that share a static array for 2 s. glibc puts a
  * thread's static TLS at the top of the stack it is given, so an agent whose helper stacks
  * were smaller could not start its helpers and re-armed nothing. */
 #include <pthread.h>
