@@ -64,7 +64,9 @@ pub struct Args {
     /// factor then, by 4 at most (each re-armed page costs the program tens of microseconds)
     #[arg(long, value_name = "N", default_value_t = detect::DEFAULT_STEADY_FLOOR)]
     pub steady_floor: u32,
-    /// Do not re-arm private anonymous memory (userfaultfd write-protect)
+    /// Do not re-arm private memory (heap, static arrays, anonymous mmaps; userfaultfd): it
+    /// keeps its transparent huge pages, which the agent's 4-KiB re-arming takes away; only
+    /// shared memory is watched then
     #[arg(long)]
     pub no_private: bool,
     /// Where the matrix comes from: faults (page faults), mpi (the PMPI agent's exact byte
@@ -310,6 +312,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     )?;
     let stats = s.stats();
     let agent_failures = s.agent_failures();
+    let huge_pages = s.huge_pages_note();
     let doc = Document {
         schema: document::SCHEMA,
         command: args
@@ -353,6 +356,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     for failure in &agent_failures {
         eprintln!("huddle: warning: {failure}");
+    }
+    if let Some(note) = &huge_pages {
+        eprintln!("huddle: note: {note}");
     }
     if stats.perf_lost + stats.agent_dropped > 0 {
         eprintln!(

@@ -47,6 +47,11 @@ pub struct Common {
     /// factor then, by 4 at most
     #[arg(long, default_value_t = detect::DEFAULT_STEADY_FLOOR, value_name = "N")]
     pub steady_floor: u32,
+    /// Do not re-arm private memory (heap, static arrays, anonymous mmaps): it keeps its
+    /// transparent huge pages, which the agent's 4-KiB re-arming takes away; only shared
+    /// memory is watched then (as in `huddle detect`)
+    #[arg(long)]
+    pub no_private: bool,
     /// Treat each process, not each thread, as one task (for multi-process programs)
     #[arg(long)]
     pub processes: bool,
@@ -184,7 +189,7 @@ pub(crate) fn detect_config(c: &Common, agent: bool) -> detect::Config {
             rearm_floor: c.rearm_floor,
             steady_floor: c.steady_floor,
             interval_ms: detect::DEFAULT_AGENT_INTERVAL_MS,
-            private_memory: true,
+            private_memory: !c.no_private,
             threads_only: false,
         }),
         // A thread's pages can only follow it if the detector records who touches them;

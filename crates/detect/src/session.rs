@@ -1596,8 +1596,37 @@ impl Session {
         v.sort();
         v.dedup();
         v.extend(self.budget.as_ref().map(Budget::summary));
+        v.extend(self.huge_pages_note());
         v
     }
+
+    /// Said when an agent watches private memory on a machine that gives all of it
+    /// transparent huge pages: the memory the agent registers is faulted in, and put back,
+    /// 4 KiB at a time, so the program gets none (NPB SP class A: 42 MiB of huge pages
+    /// plain, none under the agent).
+    pub fn huge_pages_note(&self) -> Option<String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let watching = (self.rings.values())
+            .any(|r| r.view.header().private_mode.load(Relaxed) == ring::private_mode::UFFD_WP);
+        let text = std::fs::read_to_string(THP_ENABLED).ok()?;
+        (watching && thp_mode(&text) == Some("always")).then(|| {
+            "transparent huge pages are on for all memory here (always), but the private memory \
+             the agent watches stays in 4-KiB pages: a program that relies on huge pages runs \
+             slower (a random-access loop over 512 MiB: about 10 %, docs/detect.md); --no-private \
+             keeps them and watches shared memory only"
+                .to_string()
+        })
+    }
+}
+
+const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+
+/// The mode the kernel's transparent huge page setting selects (the bracketed word of
+/// `always [madvise] never`).
+fn thp_mode(text: &str) -> Option<&str> {
+    (text.split_whitespace())
+        .find(|w| w.starts_with('[') && w.ends_with(']'))
+        .map(|w| w.trim_start_matches('[').trim_end_matches(']'))
 }
 
 /// The note of an agent whose helper threads did not start.
@@ -1846,6 +1875,14 @@ fn rate_scale(floor: u64, high: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::{age_rows, in_tree, rearm_rate, scale_rows, IdSet, Record, MAX_RATE_CUT};
+
+    #[test]
+    fn the_huge_page_mode_is_the_bracketed_word() {
+        assert_eq!(super::thp_mode("[always] madvise never\n"), Some("always"));
+        assert_eq!(super::thp_mode("always [madvise] never\n"), Some("madvise"));
+        assert_eq!(super::thp_mode("always madvise [never]"), Some("never"));
+        assert_eq!(super::thp_mode(""), None);
+    }
 
     #[test]
     fn the_rate_falls_with_the_floor_by_four_at_most() {
