@@ -783,3 +783,29 @@ fn report_files_are_private_and_the_result_is_unchanged() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--no-private` leaves the program's private memory alone (it keeps its transparent huge
+/// pages): a heap workload with the agent kept awake re-arms hundreds of pages without it and
+/// none with it.
+#[test]
+fn no_private_re_arms_no_private_memory() {
+    let d = scratch("no-private");
+    let rearmed = |name: &str, extra: &[&str]| {
+        let report = d.join(name);
+        let mut args = vec!["--watch", "always"];
+        args.extend_from_slice(extra);
+        let workload = ["private", "--threads", "2", "--seconds", "2"];
+        let st = managed_workload(&args, &report, &workload, &d.join(format!("{name}-wl")))
+            .status()
+            .unwrap();
+        assert!(st.success(), "{name}: {st:?}");
+        json_file(&report.join("run.json"))["rearmed_pages"]
+            .as_u64()
+            .unwrap()
+    };
+    let (all, shared_only) = (rearmed("all", &[]), rearmed("shared", &["--no-private"]));
+    assert!(
+        all > 300 && shared_only == 0,
+        "{all} pages re-armed by default, {shared_only} with --no-private"
+    );
+}
