@@ -49,6 +49,9 @@ pub mod private_mode {
     /// The agent's helper threads could not start (pthread_create's error in
     /// `private_errno`): nothing, private or shared, is re-armed in this process.
     pub const NO_HELPERS: u32 = 4;
+    /// The program locked memory (mlock, mlockall): nothing, private or shared, is re-armed
+    /// from then on.
+    pub const LOCKED_BY_PROGRAM: u32 = 5;
 }
 
 /// The start of a ring file, shared with the agent (`repr(C)`; change it only with

@@ -1035,30 +1035,94 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     let ours = UFFD.load(Ordering::Acquire);
     if request == UFFDIO_REGISTER && ours >= 0 && fd != ours && !YIELDED.load(Ordering::Acquire) {
-        // Every dropped page back first, then no registration of ours left in the way.
-        quiesce();
-        YIELDED.store(true, Ordering::Release);
-        let st = STATE.load(Ordering::Acquire);
-        if !st.is_null() {
-            for i in 0..(*st).nregistered {
-                let (start, end) = (*st).registered[i];
-                let mut rg = UffdioRange {
-                    start,
-                    len: end - start,
-                };
-                uffd_ioctl(ours, UFFDIO_UNREGISTER, &mut rg as *mut _ as *mut c_void);
-            }
-            (*st).nregistered = 0;
-            if !(*st).ring.is_null() {
-                let h = RingView::new((*st).ring);
-                h.header()
-                    .private_mode
-                    .store(ring::private_mode::YIELDED_TO_PROGRAM, Ordering::Relaxed);
-            }
-        }
-        unlock();
+        step_back(ring::private_mode::YIELDED_TO_PROGRAM);
     }
     libc::syscall(libc::SYS_ioctl, fd, request, arg) as c_int
+}
+
+/// Puts every dropped page back, removes all the agent's userfaultfd registrations (which
+/// also lifts its write protection and wakes any waiter) and re-arms no private page from
+/// then on; `mode` says why, in the ring header.
+unsafe fn step_back(mode: u32) {
+    let ours = UFFD.load(Ordering::Acquire);
+    // Every dropped page back first, then no registration of ours left in the way.
+    quiesce();
+    YIELDED.store(true, Ordering::Release);
+    let st = STATE.load(Ordering::Acquire);
+    if !st.is_null() {
+        for i in 0..(*st).nregistered {
+            let (start, end) = (*st).registered[i];
+            let mut rg = UffdioRange {
+                start,
+                len: end - start,
+            };
+            uffd_ioctl(ours, UFFDIO_UNREGISTER, &mut rg as *mut _ as *mut c_void);
+        }
+        (*st).nregistered = 0;
+        if !(*st).ring.is_null() {
+            let h = RingView::new((*st).ring);
+            h.header().private_mode.store(mode, Ordering::Relaxed);
+        }
+    }
+    unlock();
+}
+
+/// Set once the program locks memory: nothing is re-armed from then on, private or shared.
+pub(crate) static LOCKED: AtomicBool = AtomicBool::new(false);
+
+/// The program locks memory (mlock, mlock2, mlockall): it asks that those pages never fault,
+/// and a locked page cannot be dropped (MADV_DONTNEED fails with EINVAL; with mlockall the
+/// agent's own vault is locked and populated too, and every move into it failed with EEXIST,
+/// a program re-arming nothing for its whole run, 2026-11-29). So the agent steps back for
+/// good before the call, every dropped page put back, and says so in its note.
+unsafe fn before_lock() {
+    if LOCKED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if UFFD.load(Ordering::Acquire) >= 0 && !YIELDED.load(Ordering::Acquire) {
+        step_back(ring::private_mode::LOCKED_BY_PROGRAM);
+    } else {
+        let st = STATE.load(Ordering::Acquire);
+        if !st.is_null() && !(*st).ring.is_null() {
+            let h = RingView::new((*st).ring);
+            (h.header().private_mode)
+                .store(ring::private_mode::LOCKED_BY_PROGRAM, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Interposed `mlock`: see [`before_lock`].
+///
+/// # Safety
+/// Same contract as mlock(2).
+#[no_mangle]
+pub unsafe extern "C" fn mlock(addr: *const c_void, len: libc::size_t) -> c_int {
+    before_lock();
+    libc::syscall(libc::SYS_mlock, addr, len) as c_int
+}
+
+/// Interposed `mlock2`: see [`before_lock`].
+///
+/// # Safety
+/// Same contract as mlock2(2).
+#[no_mangle]
+pub unsafe extern "C" fn mlock2(
+    addr: *const c_void,
+    len: libc::size_t,
+    flags: libc::c_uint,
+) -> c_int {
+    before_lock();
+    libc::syscall(libc::SYS_mlock2, addr, len, flags) as c_int
+}
+
+/// Interposed `mlockall`: see [`before_lock`].
+///
+/// # Safety
+/// Same contract as mlockall(2).
+#[no_mangle]
+pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
+    before_lock();
+    libc::syscall(libc::SYS_mlockall, flags) as c_int
 }
 
 /// A State as the agent starts with it (its own anonymous mapping: all zero), for unit tests.

@@ -566,7 +566,7 @@ pub(super) unsafe fn drop_by_move(st: &mut State, view: &RingView, page: u64) {
 /// Re-arms `n` random eligible pages that are mapped: from the present-page index, or
 /// (without one) by drawing candidate pages until one is mapped (up to 32 draws each).
 pub(super) unsafe fn rearm(st: &mut State, view: &RingView, n: u64) {
-    if st.total_pages == 0 {
+    if st.total_pages == 0 || super::LOCKED.load(Ordering::Acquire) {
         return;
     }
     // Up to half to the focus table (see the focus module), the rest uniform: with three

@@ -348,6 +348,48 @@ fn agent_helpers_start_beside_a_large_static_tls() {
     );
 }
 
+/// A program that locks memory (mlock) asks that its pages never fault, and a locked page
+/// cannot be dropped: the agent, which re-armed pages until then, steps back for the rest of
+/// the run and says so, and the program's data stays whole. Before, mlockall also locked the
+/// agent's own vault and every drop failed, silently.
+#[test]
+fn the_agent_steps_back_when_the_program_locks_memory() {
+    let d = tmp("lock-memory");
+    let bin = compile_c(&d, "lock_memory");
+    let o = Command::new("timeout")
+        .args(["-k", "5", "60"])
+        .arg(HUDDLE)
+        .env("HUDDLE_AGENT", agent())
+        .args([
+            "detect",
+            "--rearm-floor",
+            "2000",
+            "--steady-floor",
+            "2000",
+            "--out",
+        ])
+        .arg(d.join("m.csv"))
+        .arg("--")
+        .arg(&bin)
+        .output()
+        .expect("huddle runs");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success() && out.contains("done"), "{out}{err}");
+    assert!(err.contains("the program locked memory"), "{err}");
+    let doc = json_file(&d.join("m.json"));
+    let stats = &doc["stats"];
+    assert!(
+        stats["rearmed_private"].as_u64().unwrap_or(0) > 0,
+        "the agent re-armed pages before the lock: {stats}"
+    );
+    assert_eq!(stats["agent_errors"].as_u64(), Some(0), "{stats}");
+    let notes = doc["agent_notes"].to_string();
+    assert!(notes.contains("locked memory"), "{notes}");
+}
+
 /// A copy of the agent under another name still knows its own data: its helpers use it, and
 /// re-arming it made them wait on themselves (every run hung before; found by matching the
 /// agent by file name only).

@@ -1552,14 +1552,22 @@ impl Session {
         s
     }
 
-    /// Processes whose agent re-arms nothing because its helper threads did not start: a
-    /// line each, for a warning (the run then sees only the faults the program makes itself).
+    /// Processes whose agent re-arms nothing (its helper threads did not start, or the
+    /// program locked memory): a line each, for a warning (the run then sees only the faults
+    /// the program makes itself).
     pub fn agent_failures(&self) -> Vec<String> {
         use std::sync::atomic::Ordering::Relaxed;
         let mut v: Vec<String> = (self.rings.values())
             .map(|r| r.view.header())
-            .filter(|h| h.private_mode.load(Relaxed) == ring::private_mode::NO_HELPERS)
-            .map(|h| format!("pid {}: {}", h.pid, no_helpers_note(h)))
+            .filter_map(|h| match h.private_mode.load(Relaxed) {
+                ring::private_mode::NO_HELPERS => {
+                    Some(format!("pid {}: {}", h.pid, no_helpers_note(h)))
+                }
+                ring::private_mode::LOCKED_BY_PROGRAM => {
+                    Some(format!("pid {}: {LOCKED_NOTE}", h.pid))
+                }
+                _ => None,
+            })
             .collect();
         v.sort();
         v.dedup();
@@ -1587,6 +1595,7 @@ impl Session {
                         std::io::Error::from_raw_os_error(h.private_errno.load(Relaxed) as i32)
                     ),
                     ring::private_mode::NO_HELPERS => no_helpers_note(h),
+                    ring::private_mode::LOCKED_BY_PROGRAM => LOCKED_NOTE.to_string(),
                     _ => "private memory: not re-armed (disabled)".to_string(),
                 };
                 format!("pid {}: {mode}", h.pid)
@@ -1628,6 +1637,10 @@ fn thp_mode(text: &str) -> Option<&str> {
         .find(|w| w.starts_with('[') && w.ends_with(']'))
         .map(|w| w.trim_start_matches('[').trim_end_matches(']'))
 }
+
+/// The note of an agent that stepped back when its program locked memory.
+const LOCKED_NOTE: &str =
+    "nothing re-armed since the program locked memory (mlock or mlockall: its pages must not fault)";
 
 /// The note of an agent whose helper threads did not start.
 fn no_helpers_note(h: &ring::Header) -> String {
