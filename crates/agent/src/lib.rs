@@ -493,14 +493,7 @@ fn start() {
                         .private_mode
                         .store(ring::private_mode::UFFD_WP, Ordering::Relaxed);
                 }
-                Err(e) => {
-                    view.header()
-                        .private_mode
-                        .store(ring::private_mode::UNAVAILABLE, Ordering::Relaxed);
-                    view.header()
-                        .private_errno
-                        .store(e as u32, Ordering::Relaxed);
-                }
+                Err(e) => tell_mode(&view, ring::private_mode::UNAVAILABLE, e),
             }
         }
         if (*st).uffd >= 0 && UFFD_CAN_MOVE.load(Ordering::Relaxed) {
@@ -544,12 +537,7 @@ fn start() {
             if err != 0 {
                 // Said in the detector's notes: without its helpers the agent re-arms nothing.
                 view.header().errors.fetch_add(1, Ordering::Relaxed);
-                view.header()
-                    .private_mode
-                    .store(ring::private_mode::NO_HELPERS, Ordering::Relaxed);
-                view.header()
-                    .private_errno
-                    .store(err as u32, Ordering::Relaxed);
+                tell_mode(&view, ring::private_mode::NO_HELPERS, err);
             }
             libc::pthread_attr_destroy(&mut attr);
         }
@@ -575,6 +563,13 @@ fn own_exe_is_mpi_launcher() -> bool {
     let path = &buf[..n as usize];
     let name = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
     agent_abi::is_mpi_launcher(name)
+}
+
+/// Says in the ring header why private memory is re-armed or not (`private_mode`), with
+/// the error that made it so (`private_errno`).
+fn tell_mode(view: &RingView, mode: u32, errno: c_int) {
+    view.header().private_mode.store(mode, Ordering::Relaxed);
+    (view.header().private_errno).store(errno as u32, Ordering::Relaxed);
 }
 
 /// What a helper needs of its stack for itself.

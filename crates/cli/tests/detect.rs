@@ -310,6 +310,30 @@ fn agent_keeps_memory_intact_with(saved_by: &str, agent_copy: Option<&str>) {
     );
 }
 
+/// Compiles tests/NAME.c into `d` and runs it under `huddle detect [EXTRA] --out d/m.csv`
+/// with a time limit; asserts that both exit 0 and returns their stdout and stderr.
+fn detect_c_program(d: &Path, name: &str, extra: &[&str]) -> (String, String) {
+    let bin = compile_c(d, name);
+    let o = Command::new("timeout")
+        .args(["-k", "5", "60"])
+        .arg(HUDDLE)
+        .env("HUDDLE_AGENT", agent())
+        .arg("detect")
+        .args(extra)
+        .arg("--out")
+        .arg(d.join("m.csv"))
+        .arg("--")
+        .arg(&bin)
+        .output()
+        .expect("huddle runs");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    assert!(o.status.success(), "{out}{err}");
+    (out, err)
+}
+
 /// A program with more static TLS than a helper's own stack (1 MiB per thread, as a Fortran
 /// OpenMP program's THREADPRIVATE arrays): the agent's helpers start (their stacks hold the
 /// TLS glibc puts there) and re-arm its shared static array. Before, pthread_create refused
@@ -318,22 +342,8 @@ fn agent_keeps_memory_intact_with(saved_by: &str, agent_copy: Option<&str>) {
 #[test]
 fn agent_helpers_start_beside_a_large_static_tls() {
     let d = tmp("big-tls");
-    let bin = compile_c(&d, "big_tls");
-    let o = Command::new("timeout")
-        .args(["-k", "5", "60"])
-        .arg(HUDDLE)
-        .env("HUDDLE_AGENT", agent())
-        .args(["detect", "--out"])
-        .arg(d.join("m.csv"))
-        .arg("--")
-        .arg(&bin)
-        .output()
-        .expect("huddle runs");
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    assert!(o.status.success() && out.contains("done"), "{out}{err}");
+    let (out, err) = detect_c_program(&d, "big_tls", &[]);
+    assert!(out.contains("done"), "{out}{err}");
     assert!(!err.contains("could not start"), "{err}");
     let doc = json_file(&d.join("m.json"));
     let stats = &doc["stats"];
@@ -355,29 +365,9 @@ fn agent_helpers_start_beside_a_large_static_tls() {
 #[test]
 fn the_agent_steps_back_when_the_program_locks_memory() {
     let d = tmp("lock-memory");
-    let bin = compile_c(&d, "lock_memory");
-    let o = Command::new("timeout")
-        .args(["-k", "5", "60"])
-        .arg(HUDDLE)
-        .env("HUDDLE_AGENT", agent())
-        .args([
-            "detect",
-            "--rearm-floor",
-            "2000",
-            "--steady-floor",
-            "2000",
-            "--out",
-        ])
-        .arg(d.join("m.csv"))
-        .arg("--")
-        .arg(&bin)
-        .output()
-        .expect("huddle runs");
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    assert!(o.status.success() && out.contains("done"), "{out}{err}");
+    let floors = ["--rearm-floor", "2000", "--steady-floor", "2000"];
+    let (out, err) = detect_c_program(&d, "lock_memory", &floors);
+    assert!(out.contains("done"), "{out}{err}");
     assert!(err.contains("the program locked memory"), "{err}");
     let doc = json_file(&d.join("m.json"));
     let stats = &doc["stats"];
