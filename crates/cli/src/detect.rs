@@ -311,7 +311,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         &document::tasks_csv(&tasks, &rows),
     )?;
     let stats = s.stats();
-    let agent_failures = s.agent_failures();
+    let idle_agents = s.idle_agents();
     let huge_pages = s.huge_pages_note();
     let doc = Document {
         schema: document::SCHEMA,
@@ -354,8 +354,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             tasks.len()
         );
     }
-    for failure in &agent_failures {
-        eprintln!("huddle: warning: {failure}");
+    for idle in &idle_agents {
+        eprintln!("huddle: warning: {idle}");
     }
     if let Some(note) = &huge_pages {
         eprintln!("huddle: note: {note}");

@@ -1555,7 +1555,7 @@ impl Session {
     /// Processes whose agent re-arms nothing (its helper threads did not start, or the
     /// program locked memory): a line each, for a warning (the run then sees only the faults
     /// the program makes itself).
-    pub fn agent_failures(&self) -> Vec<String> {
+    pub fn idle_agents(&self) -> Vec<String> {
         use std::sync::atomic::Ordering::Relaxed;
         let mut v: Vec<String> = (self.rings.values())
             .map(|r| r.view.header())
