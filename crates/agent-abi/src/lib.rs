@@ -67,8 +67,12 @@ mod tests {
 
 /// The environment variables the agent reads (the detector sets them: `detect::agent_env`).
 pub mod env {
-    /// Every variable the agent reads starts with this; the detector replaces them all.
+    /// Every variable the agent reads starts with this; the detector replaces them all but
+    /// [`USER_SETTINGS`].
     pub const PREFIX: &str = "HUDDLE_AGENT_";
+    /// The variables a user sets (the detector has no option for them), which reach the
+    /// agent as they are.
+    pub const USER_SETTINGS: [&str; 1] = [MOVE];
     /// The private directory for the ring file (without it the agent does nothing).
     pub const DIR: &str = "HUDDLE_AGENT_DIR";
     /// Fraction of eligible pages re-armed per second.

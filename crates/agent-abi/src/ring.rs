@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
 /// Layout version of [`Header`] and [`Record`]; the detector ignores rings of another one.
 /// Bump it whenever either changes.
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 /// Ring files one process may create: its first, and one per program exec'd in it.
@@ -137,6 +137,9 @@ pub struct Header {
     /// `apart_told` as the agent last read it: the pages found apart that it keeps out of its
     /// focus table (all but any that left the list before it read them).
     pub apart_heard: AtomicU64,
+    /// 1 when the agent saves dropped private pages by moving them into its vault
+    /// (UFFDIO_MOVE, Linux 6.8), 0 when by copy (older kernels, or HUDDLE_AGENT_MOVE=0).
+    pub saves_by_move: AtomicU32,
 }
 
 /// Pages found apart the header holds (see [`Header::apart_pages`]): the agent reads them

@@ -96,6 +96,7 @@ mod busy;
 mod focus;
 mod maps;
 mod rearm;
+mod thp;
 mod uffd;
 mod vault;
 
@@ -241,6 +242,10 @@ struct State {
     threads_only: bool,
     task_dir: c_int,
     threads: busy::Threads,
+    /// Whole passes of scan_maps so far.
+    scans: u64,
+    /// Mappings left to the kernel's huge pages until filled (see the thp module).
+    thp: thp::Thp,
 }
 
 /// The agent's uffd (-1: none); read by the interposed ioctl.
@@ -372,6 +377,13 @@ extern "C" fn after_fork_parent() {
 /// returns holding the lock.
 unsafe fn quiesce() {
     HOLD.store(true, Ordering::Release);
+    // A drop that saw HOLD still false did so under the lock, and set DROPPING before
+    // releasing it: taking the lock once makes that drop's DROPPING seen below. Without
+    // this, a copy-mode drop could slip past the wait, a fork's fault thread (no lock, see
+    // handle_during_fork) lifted the protection of the page being copied, and the copy
+    // put back later undid a write (agent_torture "lost update", HUDDLE_AGENT_MOVE=0).
+    lock();
+    unlock();
     while DROPPING.load(Ordering::Acquire) != 0 {
         libc::sched_yield();
     }
@@ -499,6 +511,12 @@ fn start() {
         if (*st).uffd >= 0 && UFFD_CAN_MOVE.load(Ordering::Relaxed) {
             open_vault(st);
         }
+        if (*st).uffd >= 0 {
+            thp::enable_from_sysfs(&mut *st);
+        }
+        view.header()
+            .saves_by_move
+            .store(((*st).vault != 0) as u32, Ordering::Relaxed);
         if (*st).uffd >= 0 {
             let pages = adopt::adopt_file_data((*st).maps, &mut (*st).maps_buf);
             view.header().adopted_pages.store(pages, Ordering::Relaxed);

@@ -52,7 +52,9 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
                     || (st.nregions == 0 && now - started < SCAN_NS))
             {
                 last_scan = now;
-                if scan_maps(st, &view, changed || now - last_full >= INDEX_MAX_AGE_NS) {
+                // Mappings waiting for huge pages are looked at again at every scan.
+                let whole = changed || now - last_full >= INDEX_MAX_AGE_NS || st.thp.any_waiting();
+                if scan_maps(st, &view, whole) {
                     (last_full, last_index, indexed_touches) = (now, now, touches);
                 }
             }
@@ -174,6 +176,7 @@ pub(super) unsafe fn scan_maps(st: &mut State, view: &RingView, whole: bool) -> 
         view.header().maps_changes.fetch_add(1, Ordering::Release);
     }
     st.maps_hash = text_hash;
+    st.scans += 1;
     st.nregions = 0;
     st.total_pages = 0;
     st.shared_pages = 0;
@@ -198,6 +201,12 @@ pub(super) unsafe fn scan_maps(st: &mut State, view: &RingView, whole: bool) -> 
         }
         let s = usage == maps::Use::Shared;
         if !s {
+            lock();
+            let known = st.registered[..st.nregistered].contains(&(start, end));
+            unlock();
+            if !known && thp::before_register(st, start, end, st.scans) == thp::Settle::Wait {
+                continue;
+            }
             lock();
             let mut reg = UffdioRegister {
                 range: UffdioRange {
@@ -233,6 +242,7 @@ pub(super) unsafe fn scan_maps(st: &mut State, view: &RingView, whole: bool) -> 
             st.shared_pages += (end - start) / st.page;
         }
     }
+    st.thp.prune(st.scans);
     view.header()
         .candidate_pages
         .store(st.total_pages, Ordering::Relaxed);

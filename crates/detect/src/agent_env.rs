@@ -3,14 +3,16 @@
 
 use crate::procs;
 use crate::session::{AgentConfig, DetectError};
-use agent_abi::env::{DIR, FLOOR, INTERVAL_MS, PREFIX, PRIVATE, RATE, THREADS_ONLY};
+use agent_abi::env::{DIR, FLOOR, INTERVAL_MS, PREFIX, PRIVATE, RATE, THREADS_ONLY, USER_SETTINGS};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// `env` (the program's environment) with the agent preloaded and configured by `cfg`, its
 /// ring going to `dir`: the agent's library goes first in LD_PRELOAD, and any agent settings
-/// inherited from huddle's own environment are replaced.
+/// inherited from huddle's own environment are replaced, except the user's own
+/// (`USER_SETTINGS`: HUDDLE_AGENT_MOVE=0 was dropped here, so the "saved by copy" torture
+/// run had moved its pages like the other).
 pub fn environment(
     mut env: Vec<(OsString, OsString)>,
     cfg: &AgentConfig,
@@ -26,7 +28,11 @@ pub fn environment(
         preload.push(" ");
         preload.push(old);
     }
-    env.retain(|(k, _)| k != "LD_PRELOAD" && !k.as_bytes().starts_with(PREFIX.as_bytes()));
+    env.retain(|(k, _)| {
+        k != "LD_PRELOAD"
+            && (!k.as_bytes().starts_with(PREFIX.as_bytes())
+                || USER_SETTINGS.iter().any(|u| k == u))
+    });
     env.push(("LD_PRELOAD".into(), preload));
     env.push((DIR.into(), dir.as_os_str().to_owned()));
     env.push((RATE.into(), cfg.rearm_rate.to_string().into()));
@@ -139,7 +145,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_agent_goes_first_and_inherited_settings_are_replaced() {
+    fn the_agent_goes_first_and_inherited_settings_are_replaced_but_the_users_own() {
         let cfg = AgentConfig {
             library: "/lib/agent.so".into(),
             rearm_rate: 0.01,
@@ -152,6 +158,7 @@ mod tests {
         let env = vec![
             ("LD_PRELOAD".into(), "/lib/other.so".into()),
             ("HUDDLE_AGENT_RATE".into(), "0.5".into()),
+            ("HUDDLE_AGENT_MOVE".into(), "0".into()),
             ("HOME".into(), "/root".into()),
         ];
         let out = environment(env, &cfg, Path::new("/run/x"));
@@ -171,6 +178,8 @@ mod tests {
         assert_eq!(get(PRIVATE), "0");
         assert_eq!(get(DIR), "/run/x");
         assert_eq!(get("HOME"), "/root");
+        // The user's own setting reaches the agent.
+        assert_eq!(get("HUDDLE_AGENT_MOVE"), "0");
     }
 
     /// Left-over directories of dead (or replaced) huddle processes go; those of live ones,

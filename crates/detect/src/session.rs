@@ -1583,9 +1583,13 @@ impl Session {
             .map(|r| {
                 let h = r.view.header();
                 let mode = match h.private_mode.load(Relaxed) {
-                    ring::private_mode::UFFD_WP => {
-                        "private memory: userfaultfd write-protect".to_string()
-                    }
+                    ring::private_mode::UFFD_WP => format!(
+                        "private memory: userfaultfd, pages saved by {}",
+                        match h.saves_by_move.load(Relaxed) {
+                            0 => "copy",
+                            _ => "move",
+                        }
+                    ),
                     ring::private_mode::YIELDED_TO_PROGRAM => {
                         "private memory: not re-armed, the program uses userfaultfd itself"
                             .to_string()
@@ -1610,19 +1614,19 @@ impl Session {
     }
 
     /// Said when an agent watches private memory on a machine that gives all of it
-    /// transparent huge pages: the memory the agent registers is faulted in, and put back,
-    /// 4 KiB at a time, so the program gets none (NPB SP class A: 42 MiB of huge pages
-    /// plain, none under the agent).
+    /// transparent huge pages: the agent leaves a new mapping to the kernel until the
+    /// program has filled it (its huge pages stay), but each re-arm puts a page back 4 KiB
+    /// at a time and splits the huge page it lands in.
     pub fn huge_pages_note(&self) -> Option<String> {
         use std::sync::atomic::Ordering::Relaxed;
         let watching = (self.rings.values())
             .any(|r| r.view.header().private_mode.load(Relaxed) == ring::private_mode::UFFD_WP);
         let text = std::fs::read_to_string(THP_ENABLED).ok()?;
         (watching && thp_mode(&text) == Some("always")).then(|| {
-            "transparent huge pages are on for all memory here (always), but the private memory \
-             the agent watches stays in 4-KiB pages: a program that relies on huge pages runs \
-             slower (a random-access loop over 512 MiB: about 10 %, docs/detect.md); --no-private \
-             keeps them and watches shared memory only"
+            "transparent huge pages are on for all memory here (always), and each page the \
+             agent re-arms splits the huge page it lands in: while it re-arms, a program that \
+             relies on huge pages runs slower (a random-access loop over 512 MiB in small pages: \
+             about 8-10 %, docs/detect.md); --no-private keeps them and watches shared memory only"
                 .to_string()
         })
     }
