@@ -5,12 +5,14 @@
 //! a random-access loop over 512 MiB, about 8 % slower in small pages. So a new mapping
 //! where the kernel allows huge pages (smaps `THPeligible`, which follows the THP setting,
 //! MADV_HUGEPAGE / NOHUGEPAGE and PR_SET_THP_DISABLE) is registered only once the program
-//! has filled it: when its present pages stopped growing between two scans (SETTLE_MIN_NS
-//! after it was first seen at the earliest), or SETTLE_MAX_NS after it was first seen. Its
-//! first touches are then the kernel's own (huge pages, and no round trip to the fault
-//! thread); registering keeps the huge pages, and each re-arm later splits the one it lands
-//! in. Tried before this and dropped: collapsing split ranges again with MADV_COLLAPSE
-//! (0.5-5 ms a collapse on the 2-core VM; the loop ran slower, see docs/detect.md).
+//! has filled it: when half of its pages or more are present and that did not grow between
+//! two scans (SETTLE_MIN_NS after it was first seen at the earliest; a count that merely
+//! stopped growing registered NPB SP's .bss before its arrays were initialised), or
+//! SETTLE_MAX_NS after it was first seen. Its first touches are then the kernel's own (huge
+//! pages, and no round trip to the fault thread); registering keeps the huge pages, and each
+//! re-arm later splits the one it lands in. Tried before this and dropped: collapsing split
+//! ranges again with MADV_COLLAPSE (0.5-5 ms a collapse on the 2-core VM; the loop ran
+//! slower, see docs/detect.md).
 
 use super::*;
 
@@ -131,7 +133,8 @@ impl Thp {
         };
         let w = &mut self.waiting[i];
         let age = now.saturating_sub(w.since);
-        let filled = age >= SETTLE_MIN_NS && present > 0 && present == w.present;
+        let pages = (end - start) / PAGE as u64;
+        let filled = age >= SETTLE_MIN_NS && present * 2 >= pages && present == w.present;
         if filled || age >= SETTLE_MAX_NS {
             self.nwaiting -= 1;
             self.waiting[i] = self.waiting[self.nwaiting];
@@ -336,17 +339,22 @@ mod tests {
     #[test]
     fn a_mapping_is_registered_once_filled_or_after_the_longest_wait() {
         let mut t = thp();
-        let (a, b) = (0x4000_0000, 0x4800_0000);
-        // Being filled: waits.
+        // 2048 pages, being filled: waits.
+        let (a, b) = (0x4000_0000, 0x4080_0000);
         assert_eq!(t.settle(a, b, 100, 0, 0), Settle::Wait);
         assert!(t.any_waiting());
-        assert_eq!(t.settle(a, b, 5000, 100 * MS, 0), Settle::Wait);
+        assert_eq!(t.settle(a, b, 1500, 100 * MS, 0), Settle::Wait);
         // Same count, but too soon to call it filled.
         let mut early = thp();
-        early.settle(a, b, 100, 0, 0);
-        assert_eq!(early.settle(a, b, 100, SETTLE_MIN_NS - 1, 0), Settle::Wait);
-        // Same count after SETTLE_MIN_NS: filled, registered, no longer waiting.
-        assert_eq!(t.settle(a, b, 5000, 300 * MS, 0), Settle::Register);
+        early.settle(a, b, 1500, 0, 0);
+        assert_eq!(early.settle(a, b, 1500, SETTLE_MIN_NS - 1, 0), Settle::Wait);
+        // A few pages touched and no more for a while (a .bss before its arrays are set up):
+        // not filled.
+        let mut few = thp();
+        few.settle(a, b, 30, 0, 0);
+        assert_eq!(few.settle(a, b, 30, 500 * MS, 0), Settle::Wait);
+        // Half or more, and the same count after SETTLE_MIN_NS: filled, registered.
+        assert_eq!(t.settle(a, b, 1500, 300 * MS, 0), Settle::Register);
         assert!(!t.any_waiting());
         // Never touched: waits until SETTLE_MAX_NS.
         let (c, d) = (0x5000_0000, 0x5040_0000);
