@@ -271,17 +271,9 @@ pub(super) unsafe fn index_present(st: &mut State) {
         let mut page = r.start;
         let mut in_run = false;
         while page < r.end {
-            let want = (((r.end - page) / st.page) as usize).min(PAGEMAP_CHUNK);
-            let off = (page / st.page * 8) as libc::off_t;
-            let got = libc::pread(
-                st.pagemap,
-                st.pagemap_buf.as_mut_ptr() as *mut c_void,
-                want * 8,
-                off,
-            );
-            if got != (want * 8) as isize {
+            let Some(want) = read_pagemap(st, page, r.end) else {
                 return;
-            }
+            };
             for j in 0..want {
                 if st.pagemap_buf[j] & PM_PRESENT == 0 {
                     in_run = false;
@@ -302,6 +294,20 @@ pub(super) unsafe fn index_present(st: &mut State) {
         }
     }
     st.indexed = true;
+}
+
+/// Reads the pagemap entries of [page, end) into st.pagemap_buf, PAGEMAP_CHUNK at most;
+/// how many (None when pagemap cannot be read).
+pub(super) unsafe fn read_pagemap(st: &mut State, page: u64, end: u64) -> Option<usize> {
+    let want = (((end - page) / st.page) as usize).min(PAGEMAP_CHUNK);
+    let off = (page / st.page * 8) as libc::off_t;
+    let got = libc::pread(
+        st.pagemap,
+        st.pagemap_buf.as_mut_ptr() as *mut c_void,
+        want * 8,
+        off,
+    );
+    (got == (want * 8) as isize).then_some(want)
 }
 
 /// A uniformly random page of the present-page index: (address, shared).

@@ -254,17 +254,9 @@ unsafe fn read_eligible(thp: &mut Thp) {
 unsafe fn count_present(st: &mut State, start: u64, end: u64) -> u64 {
     let (mut page, mut n) = (start, 0);
     while page < end {
-        let want = (((end - page) / st.page) as usize).min(PAGEMAP_CHUNK);
-        let off = (page / st.page * 8) as libc::off_t;
-        let got = libc::pread(
-            st.pagemap,
-            st.pagemap_buf.as_mut_ptr() as *mut c_void,
-            want * 8,
-            off,
-        );
-        if got != (want * 8) as isize {
+        let Some(want) = read_pagemap(st, page, end) else {
             return u64::MAX;
-        }
+        };
         n += st.pagemap_buf[..want]
             .iter()
             .filter(|&&e| e & PM_PRESENT != 0)
