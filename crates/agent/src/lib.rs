@@ -428,6 +428,9 @@ extern "C" fn after_fork_child() {
             if (*old).maps >= 0 {
                 libc::close((*old).maps);
             }
+            if (*old).thp.smaps >= 0 {
+                libc::close((*old).thp.smaps);
+            }
             if !(*old).ring.is_null() {
                 libc::munmap((*old).ring as *mut c_void, ring::file_size());
             }
@@ -471,6 +474,7 @@ fn start() {
         // while the program's own code is not running: see open_high.
         (*st).pagemap = open_high(c"/proc/self/pagemap");
         (*st).maps = open_high(c"/proc/self/maps");
+        (*st).thp.smaps = -1;
         (*st).pidfd = open_pidfd();
         (*st).page = libc::sysconf(libc::_SC_PAGESIZE) as u64;
         (*st).rate = env_f64(agent_env::RATE, 0.01);

@@ -72,6 +72,9 @@ pub(super) struct Thp {
     nwaiting: usize,
     /// smaps is read through this, a line at a time (scan_maps' own buffer is in use).
     buf: [u8; SMAPS_BUF],
+    /// /proc/self/smaps, opened at start (see open_high) and re-read from offset 0; -1:
+    /// none.
+    pub(super) smaps: c_int,
 }
 
 /// The decision for one mapping not registered yet.
@@ -177,7 +180,8 @@ impl EligibleScan {
     }
 }
 
-/// Turns waiting on when the machine gives transparent huge pages at all.
+/// Turns waiting on when the machine gives transparent huge pages at all. Called at start,
+/// before the program's own code runs (files are opened then only, see open_high).
 pub(super) unsafe fn enable_from_sysfs(st: &mut State) {
     let mut buf = [0u8; 64];
     let read = |path: &std::ffi::CStr, buf: &mut [u8]| -> usize {
@@ -202,32 +206,34 @@ pub(super) unsafe fn enable_from_sysfs(st: &mut State) {
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(0);
     st.thp.enable(size);
+    if st.thp.huge != 0 {
+        st.thp.smaps = open_high(c"/proc/self/smaps");
+    }
 }
 
 /// Re-reads the eligible mappings from /proc/self/smaps (once per scan at most, only while
 /// a new mapping could hold a huge page, and within SMAPS_SHARE).
 unsafe fn read_eligible(thp: &mut Thp) {
     thp.neligible = 0;
-    let fd = libc::open(
-        c"/proc/self/smaps".as_ptr(),
-        libc::O_RDONLY | libc::O_CLOEXEC,
-    );
-    if fd < 0 {
+    if thp.smaps < 0 {
         return;
     }
     let mut scan = EligibleScan::default();
-    let (mut kept, mut have) = (0, 0usize);
+    let (mut kept, mut have, mut offset) = (0, 0usize, 0usize);
     let buf = &mut thp.buf;
     loop {
-        let n = libc::read(
-            fd,
+        // From offset 0 on: /proc seq files regenerate their text when read from the start.
+        let n = libc::pread(
+            thp.smaps,
             buf.as_mut_ptr().add(have) as *mut c_void,
             buf.len() - have,
+            offset as libc::off_t,
         );
         if n <= 0 {
             break;
         }
         have += n as usize;
+        offset += n as usize;
         // Whole lines now; a partial one moves to the front for the next read.
         let mut pos = 0;
         while let Some(i) = buf[pos..have].iter().position(|&c| c == b'\n') {
@@ -246,7 +252,6 @@ unsafe fn read_eligible(thp: &mut Thp) {
             break; // a line longer than the buffer: not smaps as we know it
         }
     }
-    libc::close(fd);
     thp.neligible = kept;
 }
 
