@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "now.h"
+
 #define THREADS 4
 #define PAGES 512 /* per thread: 2 MiB */
 #define PAGE 4096
@@ -46,12 +48,6 @@ static pthread_mutex_t brk_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static double seconds;
 static volatile int failed;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void fail(const char *what, int t, size_t i, uint64_t got, uint64_t want) {
     if (!__sync_lock_test_and_set(&failed, 1))

@@ -7,18 +7,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "now.h"
+
 #define THREADS 4
 #define SHARED (4 << 20)
 
 static __thread unsigned char scratch[1 << 20];
 static unsigned char shared[SHARED];
 static double start;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void *work(void *arg) {
     unsigned long id = (unsigned long)arg, sum = 0;

@@ -12,18 +12,14 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "now.h"
+
 #define BYTES (32UL << 20)
 #define HUGE (2UL << 20)
 #define WORDS (BYTES / 8)
 
 static uint64_t *a;
 static double start;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* AnonHugePages of the mapping holding `p`, from /proc/self/smaps (KiB; -1 if not found). */
 static long huge_kib(const void *p) {

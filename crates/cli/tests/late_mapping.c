@@ -8,11 +8,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "now.h"
 
 int main(void) {
     double start = now();

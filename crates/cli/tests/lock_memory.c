@@ -9,15 +9,11 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "now.h"
+
 #define SHARED (8 << 20)
 static unsigned char *buf;
 static double start;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void *work(void *arg) {
     unsigned long id = (unsigned long)arg, sum = 0;
