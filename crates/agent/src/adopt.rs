@@ -22,19 +22,7 @@ pub unsafe fn adopt_file_data(maps_fd: c_int, buf: &mut [u8]) -> u64 {
     if maps_fd < 0 || threads() != Some(1) {
         return 0;
     }
-    let mut len = 0usize;
-    while len < buf.len() {
-        let n = libc::pread(
-            maps_fd,
-            buf.as_mut_ptr().add(len) as *mut c_void,
-            buf.len() - len,
-            len as libc::off_t,
-        );
-        if n <= 0 {
-            break;
-        }
-        len += n as usize;
-    }
+    let len = crate::read_proc(maps_fd, buf);
     let mut todo = [(0u64, 0u64); MAX_ADOPT];
     let mut n = 0;
     for line in buf[..len].split(|&c| c == b'\n') {

@@ -674,6 +674,30 @@ unsafe fn own_mapping(size: usize) -> *mut c_void {
     p
 }
 
+/// pread(2) of `fd` at `offset` into `buf`: the bytes read (0 at the end, or on an error).
+pub(crate) unsafe fn pread_at(fd: c_int, buf: &mut [u8], offset: usize) -> usize {
+    let n = libc::pread(
+        fd,
+        buf.as_mut_ptr() as *mut c_void,
+        buf.len(),
+        offset as libc::off_t,
+    );
+    n.max(0) as usize
+}
+
+/// The text of a /proc file kept open (`fd`), read from offset 0 (where /proc seq files
+/// regenerate it) into `buf`, as much as fits: its length.
+pub(crate) unsafe fn read_proc(fd: c_int, buf: &mut [u8]) -> usize {
+    let mut len = 0;
+    while len < buf.len() {
+        match pread_at(fd, &mut buf[len..], len) {
+            0 => break,
+            n => len += n,
+        }
+    }
+    len
+}
+
 /// Opens `path` read-only on a descriptor >= 900. Only ever called before the program's own
 /// code runs (constructor, fork child handler): an open() takes the lowest free descriptor,
 /// and a helper thread opening files while the program redirects its stdio made the

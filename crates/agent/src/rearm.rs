@@ -154,19 +154,7 @@ pub(super) unsafe fn scan_maps(st: &mut State, view: &RingView, whole: bool) -> 
         return false;
     }
     // From offset 0 every time: /proc seq files regenerate their text when read from the start.
-    let mut len = 0usize;
-    while len < MAPS_BUF {
-        let n = libc::pread(
-            st.maps,
-            st.maps_buf.as_mut_ptr().add(len) as *mut c_void,
-            MAPS_BUF - len,
-            len as libc::off_t,
-        );
-        if n <= 0 {
-            break;
-        }
-        len += n as usize;
-    }
+    let len = read_proc(st.maps, &mut st.maps_buf);
     let private_ok = st.uffd >= 0 && !YIELDED.load(Ordering::Acquire);
     let text_hash = fnv1a(&st.maps_buf[..len]) ^ private_ok as u64;
     if text_hash == st.maps_hash && !whole {

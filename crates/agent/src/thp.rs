@@ -223,17 +223,12 @@ unsafe fn read_eligible(thp: &mut Thp) {
     let buf = &mut thp.buf;
     loop {
         // From offset 0 on: /proc seq files regenerate their text when read from the start.
-        let n = libc::pread(
-            thp.smaps,
-            buf.as_mut_ptr().add(have) as *mut c_void,
-            buf.len() - have,
-            offset as libc::off_t,
-        );
-        if n <= 0 {
+        let n = pread_at(thp.smaps, &mut buf[have..], offset);
+        if n == 0 {
             break;
         }
-        have += n as usize;
-        offset += n as usize;
+        have += n;
+        offset += n;
         // Whole lines now; a partial one moves to the front for the next read.
         let mut pos = 0;
         while let Some(i) = buf[pos..have].iter().position(|&c| c == b'\n') {
