@@ -815,6 +815,38 @@ static const char *manager_state(const char *node_json, pid_t *pid)
 /* Waits (at most HANDOVER_WAIT_MS) for the node manager that reports into NODE_JSON's
  * directory to finish: "done" or "failed" as it says, "gone" if it died (SIGKILL) meanwhile,
  * "running" if still busy at the bound, "none" if it never wrote one. */
+/* A node manager killed with SIGKILL leaves its CPU claim behind (huddle's manager::claims:
+ * DEFAULT_DIR/PID, DEFAULT_DIR = /dev/shm/huddle-cpu-claims), which only a later manager on
+ * this node would sweep. Removed here as the managers remove their own: under the directory's
+ * lock, the directory and its lock file too where no other manager's claim is left. A lock
+ * file replaced meanwhile (another last one out) is left to its holder. */
+#define CLAIMS_DIR "/dev/shm/huddle-cpu-claims"
+static void drop_dead_claim(pid_t pid)
+{
+    char path[64];
+    int fd = open(CLAIMS_DIR "/.lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return;
+    struct stat held, now;
+    if (flock(fd, LOCK_EX) != 0 || fstat(fd, &held) != 0 || stat(CLAIMS_DIR "/.lock", &now) != 0 ||
+        held.st_ino != now.st_ino) {
+        close(fd);
+        return;
+    }
+    snprintf(path, sizeof path, CLAIMS_DIR "/%d", (int)pid);
+    unlink(path);
+    int others = 0;
+    DIR *d = opendir(CLAIMS_DIR);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        others += e->d_name[0] >= '0' && e->d_name[0] <= '9';
+    if (d) closedir(d);
+    if (d && !others) {
+        unlink(CLAIMS_DIR "/.lock");
+        rmdir(CLAIMS_DIR);
+    }
+    close(fd);
+}
+
 static const char *wait_for_manager(const char *node_json, unsigned *waited_ms)
 {
     uint64_t t0 = now_ns(), deadline = t0 + HANDOVER_WAIT_MS * 1000000ull;
@@ -826,6 +858,7 @@ static const char *wait_for_manager(const char *node_json, unsigned *waited_ms)
         if (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0) break;
         if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
             state = "gone";
+            drop_dead_claim(pid);
             break;
         }
         if (now_ns() >= deadline) break;

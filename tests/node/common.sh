@@ -56,6 +56,10 @@ nt_hosts_up() { # WHAT [EXTRA_SOURCE...]
     { echo "FAIL cannot build tests/node/no-perf.c"; exit 1; }
   printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$tmp/no-perf" "$huddle" >"$tmp/no-perf-huddle" &&
     chmod 755 "$tmp/no-perf-huddle" || { echo "FAIL cannot write $tmp/no-perf-huddle"; exit 1; }
+  # Each host its own /dev/shm, as real nodes have: with one shared, the two hosts' managers
+  # read each other's CPU claims (manager::claims) as another job's on their machine, and one
+  # once pinned its ranks onto the single PU the other's claims left it (CI, 2026-11-29).
+  export NH_SHM=$tmp/shm
   nh_up
   case $? in
     0) ;;
@@ -108,9 +112,13 @@ leftovers() { # REPORT_DIR...
   done
   for pid in $pids; do
     for f in "${XDG_RUNTIME_DIR:-${TMPDIR:-/tmp}}"/huddle-detect-"$pid"-* /tmp/huddle-detect-"$pid"-* \
-      /dev/shm/huddle-cpu-claims/"$pid"; do
+      /dev/shm/huddle-cpu-claims/"$pid" "$NH_SHM"/*/huddle-cpu-claims/"$pid"; do
       [ -e "$f" ] && echo "$f"
     done
+  done
+  # A host's claims directory goes with its last manager (or, killed, with its ranks).
+  for f in "$NH_SHM"/*/huddle-cpu-claims; do
+    [ -e "$f" ] && echo "$f ($(ls -A "$f" | tr '\n' ' '))"
   done
   for pid in $(node_managers); do echo "process $pid: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")"; done
   touch "$tmp/checked"
@@ -185,7 +193,11 @@ for host, pairs in want.items():
         bad.append(f"{host}: ranks never pinned: {at}; notes: {run.get('notes')}; "
                    f"{len(decisions)} decisions, the last: {last or 'none'}; run {run.get('duration_s')} s")
     elif not (at[a] == at[b] and at[c] == at[e] and at[a] != at[c]):
-        bad.append(f"{host}: final PUs {at}, wanted {a},{b} on one PU and {c},{e} on the other")
+        # Which decisions put them there (tasks are snapshot indices; ranks maps rank -> index).
+        moves = "; ".join(f"{d.get('t', 0):.2f} s tasks {d['tasks']} to {d['mapping']} ({d.get('reason', '')})"
+                          for d in decisions if d["action"] == "migrate")
+        bad.append(f"{host}: final PUs {at}, wanted {a},{b} on one PU and {c},{e} on the other;"
+                   f" ranks at indices {ranks}; migrations: {moves}; run {run.get('duration_s')} s")
     else:
         delay = node.get("start_delay_s")
         if delay is None or not 0 <= delay < 2:

@@ -143,7 +143,9 @@ EOF
                 mount -t sysfs sysfs /sys
             fi || exit 1
             [ -z "$4" ] || mount -t tmpfs -o size=16m,mode=0755 huddle-private "$4" || exit 1
-            exec slurmd -N "$1" -f "$2"' slurmd "$h" "$d/slurm.conf" "$d/cgroup-$h" "${NH_PRIVATE:-}" ||
+            # NH_SHM=DIR: the host'"'"'s own /dev/shm, DIR/HOST (see netns-agent).
+            [ -z "$5" ] || { mkdir -p "$5/$1" && mount --bind "$5/$1" /dev/shm; } || exit 1
+            exec slurmd -N "$1" -f "$2"' slurmd "$h" "$d/slurm.conf" "$d/cgroup-$h" "${NH_PRIVATE:-}" "${NH_SHM:-}" ||
             { echo "slurm-hosts: slurmd of $h did not start" >&2; tail -3 "$d/slurmd-$h.log" >&2; return 1; }
     done
     for i in $(seq 1 300); do
