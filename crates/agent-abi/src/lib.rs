@@ -83,7 +83,8 @@ pub mod env {
     pub const INTERVAL_MS: &str = "HUDDLE_AGENT_INTERVAL_MS";
     /// "0": leave private anonymous memory alone.
     pub const PRIVATE: &str = "HUDDLE_AGENT_PRIVATE";
-    /// "0": save dropped private pages by copy, not with UFFDIO_MOVE.
+    /// "0": take dropped private pages out with mremap, not with UFFDIO_MOVE (the way of
+    /// kernels before Linux 6.8, tested on newer ones with this).
     pub const MOVE: &str = "HUDDLE_AGENT_MOVE";
     /// "1": re-arm only while two threads of the process or more are busy (another source
     /// counts the traffic between processes: the PMPI agent's, for MPI ranks).

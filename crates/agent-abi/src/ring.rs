@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
 /// Layout version of [`Header`] and [`Record`]; the detector ignores rings of another one.
 /// Bump it whenever either changes.
-pub const VERSION: u32 = 11;
+pub const VERSION: u32 = 12;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 /// Ring files one process may create: its first, and one per program exec'd in it.
@@ -52,6 +52,17 @@ pub mod private_mode {
     /// The program locked memory (mlock, mlockall): nothing, private or shared, is re-armed
     /// from then on.
     pub const LOCKED_BY_PROGRAM: u32 = 5;
+}
+
+/// How the agent takes a dropped private page out ([`Header::saves_by`]).
+pub mod saves_by {
+    /// Not at all (private memory is not re-armed, or the vault could not be made).
+    pub const NONE: u32 = 0;
+    /// UFFDIO_MOVE into its vault (Linux 6.8).
+    pub const MOVE: u32 = 1;
+    /// mremap(MREMAP_DONTUNMAP) into its vault (Linux 5.7; without UFFDIO_MOVE, or with
+    /// HUDDLE_AGENT_MOVE=0).
+    pub const REMAP: u32 = 2;
 }
 
 /// The start of a ring file, shared with the agent (`repr(C)`; change it only with
@@ -137,9 +148,8 @@ pub struct Header {
     /// `apart_told` as the agent last read it: the pages found apart that it keeps out of its
     /// focus table (all but any that left the list before it read them).
     pub apart_heard: AtomicU64,
-    /// 1 when the agent saves dropped private pages by moving them into its vault
-    /// (UFFDIO_MOVE, Linux 6.8), 0 when by copy (older kernels, or HUDDLE_AGENT_MOVE=0).
-    pub saves_by_move: AtomicU32,
+    /// How the agent takes dropped private pages into its vault: [`saves_by`].
+    pub saves_by: AtomicU32,
 }
 
 /// Pages found apart the header holds (see [`Header::apart_pages`]): the agent reads them

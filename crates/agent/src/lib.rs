@@ -11,15 +11,15 @@
 //!   access (read or write) takes a minor fault that maps it again.
 //! * Private anonymous memory (heap, anonymous mmap, thread stacks): dropping PTEs alone
 //!   would discard data, and `mprotect` would make `read(2)`/`write(2)` into the page fail
-//!   with EFAULT. The agent registers these mappings with a userfaultfd (missing +
-//!   write-protect) and takes the page out without losing it: on Linux 6.8 and later it
-//!   moves the page itself into a vault of its own (UFFDIO_MOVE: no copy, and writers never
-//!   wait); before that (or with HUDDLE_AGENT_MOVE=0) it write-protects the page, copies
-//!   it aside (process_vm_readv), drops it (MADV_DONTNEED) and lifts the protection. The
-//!   next access by any task, read or write, from user code or inside a system call, is a
-//!   missing-page fault that the agent's fault thread resolves by copying the page back
-//!   (UFFDIO_COPY), recording who touched it; pages never touched get the zero page. At most 128 pages are out at a
-//!   time; one untouched for 250 ms is put back.
+//!   with EFAULT. The agent registers these mappings with a userfaultfd (missing mode) and
+//!   takes the page out without losing it: it moves the page itself into a vault of its own,
+//!   with UFFDIO_MOVE on Linux 6.8 and later, with mremap(MREMAP_DONTUNMAP) before (Linux
+//!   5.7; or with HUDDLE_AGENT_MOVE=0), either way one step under the kernel's mmap lock
+//!   that leaves the program's mapping in place with the page missing. The next access by
+//!   any task, read or write, from user code or inside a system call, is a missing-page
+//!   fault that the agent's fault thread resolves by copying the page back (UFFDIO_COPY),
+//!   recording who touched it; pages never touched get the zero page. At most 128 pages are
+//!   out at a time; one untouched for 250 ms is put back.
 //!
 //!   Cost: taking a page out of a multithreaded process's page table means a TLB flush on
 //!   every CPU that runs it (an IPI; 9.4 us per page on the 2-core KVM guest, with another
@@ -32,8 +32,10 @@
 //!
 //!   The program's own memory changes arrive as REMOVE/UNMAP/REMAP events, after or before
 //!   the change, while its other threads go on. So: events are read and handled under the
-//!   agent's lock, and pages are taken out under it too, which leaves the kernel to refuse
-//!   (EAGAIN) a take-out while an event is unread; nothing is taken out between an event
+//!   agent's lock, and pages are moved out with UFFDIO_MOVE under it too, which leaves the
+//!   kernel to refuse (EAGAIN) a take-out while an event is unread (an mremap raises an event
+//!   of its own, so it runs without the lock, and the program's events handled while it is
+//!   in flight are settled against it: vault::Pending); nothing is taken out between an event
 //!   and the next scan of /proc/self/maps (a new mapping in a freed range is not registered
 //!   with us before that scan); a range the program discarded (MADV_DONTNEED, announced
 //!   before the pages go) is left alone for a second; the UNMAP of an mremap's old range
@@ -89,7 +91,9 @@
 use agent_abi::env as agent_env;
 use agent_abi::ring::{self, RingView};
 use libc::{c_int, c_ulong, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 
 mod adopt;
 mod busy;
@@ -117,8 +121,10 @@ const REMAPPED: usize = 64;
 const SAVED: usize = 128;
 /// The vault is used as a log: each page moved out goes to the next clean vault page and
 /// comes back by copy, and used vault pages are freed VAULT_CHUNK at a time (one madvise,
-/// one TLB flush, one REMOVE event), putting back first any page still saved there. At most
-/// VAULT_PAGES pages (1 MiB) of the vault are resident.
+/// one TLB flush; one REMOVE event where the vault is registered), putting back first any
+/// page still saved there. At most VAULT_PAGES pages (1 MiB) of the vault are resident. A
+/// page moved in by mremap is a mapping of its own there: up to about 2 * VAULT_PAGES more
+/// lines in /proc/PID/maps (the kernel's limit is vm.max_map_count, 65,530 by default).
 const VAULT_PAGES: usize = 256;
 const VAULT_CHUNK: usize = 32;
 /// Random picks come from an index of the mapped pages built at each scan of the maps
@@ -194,9 +200,11 @@ struct State {
     /// /proc/self/maps, kept open and re-read from offset 0 at each scan (see open_high).
     maps: c_int,
     saved: [Saved; SAVED],
-    /// VAULT_PAGES pages that hold moved-out program pages (0: pages are saved by copy).
-    /// Registered (missing mode) with our userfaultfd, because UFFDIO_MOVE wants its
-    /// destination registered; the program never touches this memory.
+    /// A drop by mremap in flight (under the lock; see vault::Pending).
+    pending: Pending,
+    /// VAULT_PAGES pages that hold moved-out program pages (0: none, nothing private is
+    /// re-armed). Registered (missing mode) with our userfaultfd where pages are moved with
+    /// UFFDIO_MOVE, which wants its destination registered; the program never touches it.
     vault: u64,
     /// Vault pages used so far, and the count up to which they are clean (both only grow;
     /// page k is vault + (k % VAULT_PAGES) * PAGE): [vault_next, vault_clean_end) are free.
@@ -254,12 +262,22 @@ static UFFD: AtomicI32 = AtomicI32::new(-1);
 static BUSY: AtomicBool = AtomicBool::new(false);
 /// Set once the program uses userfaultfd itself.
 static YIELDED: AtomicBool = AtomicBool::new(false);
-/// No new private page may be dropped (fork or yield in progress).
-static HOLD: AtomicBool = AtomicBool::new(false);
+/// Threads in quiesce() or fork() now: no new private page may be dropped while any is.
+/// A count, not a flag: two threads forking at once each quiesce, and the first one's fork
+/// returning must not let drops start before the second has forked (a drop by mremap then
+/// slipped in after the second's quiesce and its fork child saw the page as zeros;
+/// agent_torture, a fork at every pass, 2026-11-29).
+static HOLDS: AtomicU32 = AtomicU32::new(0);
+
+/// Whether no private page may be dropped now: a fork under way, or the agent stepped back.
+fn held() -> bool {
+    HOLDS.load(Ordering::Acquire) > 0 || YIELDED.load(Ordering::Acquire)
+}
+
 /// The private page being dropped right now (0: none).
 static DROPPING: AtomicU64 = AtomicU64::new(0);
 /// A thread is in fork(): it holds the lock from before_fork until the fork is done, with
-/// every dropped page put back and no new drop allowed (HOLD).
+/// every dropped page put back and no new drop allowed (HOLDS).
 static FORKING: AtomicBool = AtomicBool::new(false);
 /// A mapping event (REMOVE, UNMAP, REMAP) was read during a fork and waits for the lock:
 /// nothing is dropped until the fault thread has handled it (the program has gone on, and
@@ -369,19 +387,17 @@ extern "C" fn before_fork() {
 
 extern "C" fn after_fork_parent() {
     FORKING.store(false, Ordering::Release);
-    HOLD.store(YIELDED.load(Ordering::Acquire), Ordering::Release);
+    HOLDS.fetch_sub(1, Ordering::AcqRel);
     unlock();
 }
 
-/// Stops new drops, waits for the one in flight, puts every dropped page back, and
-/// returns holding the lock.
+/// Stops new drops (until the caller takes back its hold: HOLDS), waits for the one in
+/// flight, puts every dropped page back, and returns holding the lock.
 unsafe fn quiesce() {
-    HOLD.store(true, Ordering::Release);
-    // A drop that saw HOLD still false did so under the lock, and set DROPPING before
-    // releasing it: taking the lock once makes that drop's DROPPING seen below. Without
-    // this, a copy-mode drop could slip past the wait, a fork's fault thread (no lock, see
-    // handle_during_fork) lifted the protection of the page being copied, and the copy
-    // put back later undid a write (agent_torture "lost update", HUDDLE_AGENT_MOVE=0).
+    HOLDS.fetch_add(1, Ordering::AcqRel);
+    // A drop that saw no hold did so under the lock, and set DROPPING before
+    // releasing it: taking the lock once makes that drop's DROPPING seen below (a drop by
+    // mremap that slipped past the wait would be settled after the fork copied its hole).
     lock();
     unlock();
     while DROPPING.load(Ordering::Acquire) != 0 {
@@ -439,7 +455,7 @@ extern "C" fn after_fork_child() {
     }
     UFFD.store(-1, Ordering::Release);
     DROPPING.store(0, Ordering::Release);
-    HOLD.store(false, Ordering::Release);
+    HOLDS.store(0, Ordering::Release);
     FORKING.store(false, Ordering::Release);
     unlock();
     start();
@@ -500,7 +516,7 @@ fn start() {
         );
         let view = RingView::new((*st).ring);
         if (*st).private {
-            // HUDDLE_AGENT_MOVE=0 saves pages by copy even where the kernel can move them.
+            // HUDDLE_AGENT_MOVE=0 takes pages out with mremap even where UFFDIO_MOVE exists.
             let with_move = std::env::var(agent_env::MOVE).map_or(true, |v| v != "0");
             match open_uffd(with_move) {
                 Ok(fd) => {
@@ -512,15 +528,18 @@ fn start() {
                 Err(e) => tell_mode(&view, ring::private_mode::UNAVAILABLE, e),
             }
         }
-        if (*st).uffd >= 0 && UFFD_CAN_MOVE.load(Ordering::Relaxed) {
-            open_vault(st);
+        if (*st).uffd >= 0 {
+            open_vault(st, UFFD_CAN_MOVE.load(Ordering::Relaxed));
         }
         if (*st).uffd >= 0 {
             thp::enable_from_sysfs(&mut *st);
         }
-        view.header()
-            .saves_by_move
-            .store(((*st).vault != 0) as u32, Ordering::Relaxed);
+        let saves_by = match ((*st).vault != 0, UFFD_CAN_MOVE.load(Ordering::Relaxed)) {
+            (false, _) => ring::saves_by::NONE,
+            (true, true) => ring::saves_by::MOVE,
+            (true, false) => ring::saves_by::REMAP,
+        };
+        view.header().saves_by.store(saves_by, Ordering::Relaxed);
         if (*st).uffd >= 0 {
             let pages = adopt::adopt_file_data((*st).maps, &mut (*st).maps_buf);
             view.header().adopted_pages.store(pages, Ordering::Relaxed);
@@ -919,9 +938,8 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
 
 /// Handles one message while another thread forks and holds the lock (see
 /// lock_unless_forking); false when it must wait for the lock. Only page faults are resolved
-/// here: before_fork put every dropped page back and HOLD stops new drops, so a missing page
-/// is a first touch (zeros) and a write-protected one is not being saved (lift the
-/// protection). Mapping events change the agent's state and wait for the lock.
+/// here: before_fork put every dropped page back and HOLDS stops new drops, so a missing page
+/// is a first touch (zeros). Mapping events change the agent's state and wait for the lock.
 unsafe fn handle_during_fork(st: &State, m: &UffdMsg) -> bool {
     if m.event != UFFD_EVENT_PAGEFAULT {
         return false;
@@ -931,33 +949,13 @@ unsafe fn handle_during_fork(st: &State, m: &UffdMsg) -> bool {
         start: page,
         len: st.page,
     };
-    if m.a0 & UFFD_PAGEFAULT_FLAG_WP != 0 {
-        if lift_write_protect(st, range) == Err(libc::EAGAIN) {
-            return false;
-        }
-    } else if !zero_fill(st, page) {
+    if !zero_fill(st, page) {
         return false;
-    } else {
-        FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
     }
+    FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
     let mut rg = range;
     uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
     true
-}
-
-/// Lifts the write protection of `range`; Err(errno) when the kernel refused (EAGAIN: a
-/// mapping change is pending, try again).
-unsafe fn lift_write_protect(st: &State, range: UffdioRange) -> Result<(), i32> {
-    let mut wp = UffdioWriteprotect { range, mode: 0 };
-    if uffd_ioctl(
-        st.uffd,
-        UFFDIO_WRITEPROTECT,
-        &mut wp as *mut _ as *mut c_void,
-    ) != 0
-    {
-        return Err(errno());
-    }
-    Ok(())
 }
 
 /// Handles one message (the caller holds the lock); false when it must be retried.
@@ -970,44 +968,31 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 start: page,
                 len: st.page,
             };
-            if m.a0 & UFFD_PAGEFAULT_FLAG_WP != 0 {
-                // A writer hit a page being saved: it is woken when the drop completes;
-                // waking it now would let it write into the copy being taken.
-                if DROPPING.load(Ordering::Acquire) == page {
-                    return true;
-                }
-                match lift_write_protect(st, range) {
-                    Ok(()) => {}
-                    Err(libc::EAGAIN) => return false,
-                    Err(_) => {
-                        view.header().errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            } else {
-                // Missing: a page we dropped (put its contents back) or one never touched.
-                let slot = st.saved.iter().position(|x| x.addr == page);
-                let done = match slot {
-                    Some(i) => restore(st, i),
-                    None => zero_fill(st, page),
-                };
-                if !done {
-                    return false;
-                }
-                if slot.is_none() {
-                    // First touch, not a re-armed page: the detector sees it through perf.
-                    FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
-                    let mut rg = range;
-                    uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
-                    return true;
-                }
+            // A page whose drop by mremap is in flight: resolved once it is settled.
+            if st.pending.holds(page) {
+                return false;
+            }
+            // Missing: a page we dropped (put its contents back) or one never touched.
+            let slot = st.saved.iter().position(|x| x.addr == page);
+            let done = match slot {
+                Some(i) => restore(st, i),
+                None => zero_fill(st, page),
+            };
+            if !done {
+                return false;
+            }
+            if slot.is_none() {
+                // First touch, not a re-armed page: the detector sees it through perf.
+                FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
+                let mut rg = range;
+                uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
+                return true;
             }
             let mut rg = range;
             uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
             view.header().handled.fetch_add(1, Ordering::Relaxed);
             let now = monotonic_ns();
-            if m.a0 & UFFD_PAGEFAULT_FLAG_WP == 0 {
-                st.focus.fault(page, m.a2 as u32, now);
-            }
+            st.focus.fault(page, m.a2 as u32, now);
             view.push(ring::Record {
                 time: now,
                 addr: m.a1,
@@ -1021,36 +1006,49 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             if st.vault != 0 && m.a0 >= st.vault && m.a1 <= st.vault + (VAULT_PAGES * PAGE) as u64 {
                 return true; // prepare_vault's own
             }
-            let own = st
-                .saved
-                .iter()
-                .position(|x| x.own_remove == m.a0 && m.a1 == m.a0 + PAGE as u64);
-            match own {
-                // Our own drop: the page is saved on purpose.
-                Some(i) => st.saved[i].own_remove = 0,
-                // The old range of an mremap whose REMAP was handled: its slots moved with
-                // it, and any slot there now arrived later (another thread may already have
-                // moved memory into the freed range).
-                None if m.event == UFFD_EVENT_UNMAP && take_remapped(st, m.a0, m.a1) => {}
-                None => {
-                    // REMOVE: announced, zapped once read (DISCARD_QUARANTINE_NS). UNMAP:
-                    // done, but the candidate list holds the range until the next scan.
-                    if m.event == UFFD_EVENT_REMOVE {
-                        note_discard(st, m.a0, m.a1);
-                    }
-                    st.changes += 1;
-                    st.focus.forget(m.a0, m.a1);
-                    for i in 0..SAVED {
-                        let a = st.saved[i].addr;
-                        if a != 0 && m.a0 <= a && a < m.a1 {
-                            discard(st, i);
-                        }
-                    }
+            st.pending.discarded(m.a0, m.a1);
+            // The old range of an mremap whose REMAP was handled: its slots moved with it,
+            // and any slot there now arrived later (another thread may already have moved
+            // memory into the freed range).
+            if m.event == UFFD_EVENT_UNMAP && take_remapped(st, m.a0, m.a1) {
+                return true;
+            }
+            // REMOVE: announced, zapped once read (DISCARD_QUARANTINE_NS). UNMAP: done, but
+            // the candidate list holds the range until the next scan.
+            if m.event == UFFD_EVENT_REMOVE {
+                note_discard(st, m.a0, m.a1);
+            }
+            st.changes += 1;
+            st.focus.forget(m.a0, m.a1);
+            for i in 0..SAVED {
+                let a = st.saved[i].addr;
+                if a != 0 && m.a0 <= a && a < m.a1 {
+                    discard(st, i);
                 }
             }
             true
         }
+        UFFD_EVENT_REMAP
+            if st.pending.active()
+                && (m.a0, m.a1, m.a2) == (st.pending.from, st.pending.to, PAGE as u64) =>
+        {
+            // Our own drop by mremap: the page is in the vault; where it belongs is settled
+            // against the program's events handled since (vault::Pending).
+            let p = st.pending;
+            let home = p.settle(|a| !in_memory(st, a));
+            if home != 0 {
+                let slot = &mut st.saved[p.slot];
+                slot.addr = home;
+                slot.since = monotonic_ns();
+                slot.vault_at = p.to;
+            } else if p.home != 0 {
+                view.header().errors.fetch_add(1, Ordering::Relaxed);
+            }
+            st.pending = Pending::default();
+            true
+        }
         UFFD_EVENT_REMAP => {
+            st.pending.remapped(m.a0, m.a1, m.a2);
             for x in st.saved.iter_mut() {
                 if x.addr != 0 && m.a0 <= x.addr && x.addr < m.a0 + m.a2 {
                     x.addr = x.addr - m.a0 + m.a1;
@@ -1067,8 +1065,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
 }
 
 /// Interposed `ioctl`: when the program registers a userfaultfd range of its own, the
-/// agent first removes all its registrations (which also lifts its write protection and
-/// wakes any waiter) and stops re-arming private memory, so the program's call succeeds.
+/// agent first removes all its registrations (which also wakes any waiter) and stops re-arming private memory, so the program's call succeeds.
 ///
 /// # Safety
 /// Same contract as ioctl(2); the third argument is passed through unchanged.
@@ -1082,13 +1079,14 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
 }
 
 /// Puts every dropped page back, removes all the agent's userfaultfd registrations (which
-/// also lifts its write protection and wakes any waiter) and re-arms no private page from
+/// also wakes any waiter) and re-arms no private page from
 /// then on; `mode` says why, in the ring header.
 unsafe fn step_back(mode: u32) {
     let ours = UFFD.load(Ordering::Acquire);
     // Every dropped page back first, then no registration of ours left in the way.
     quiesce();
     YIELDED.store(true, Ordering::Release);
+    HOLDS.fetch_sub(1, Ordering::AcqRel);
     let st = STATE.load(Ordering::Acquire);
     if !st.is_null() {
         for i in 0..(*st).nregistered {

@@ -201,7 +201,7 @@ pub(super) unsafe fn scan_maps(st: &mut State, view: &RingView, whole: bool) -> 
                     start,
                     len: end - start,
                 },
-                mode: UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP,
+                mode: UFFDIO_REGISTER_MODE_MISSING,
                 ioctls: 0,
             };
             let known = st.registered[..st.nregistered].contains(&(start, end));
@@ -328,10 +328,10 @@ pub(super) unsafe fn rearm_page(st: &mut State, view: &RingView, addr: u64, shar
         if st.nshared_batch == SHARED_BATCH {
             flush_shared(st, view);
         }
-    } else if st.vault != 0 {
+    } else if UFFD_CAN_MOVE.load(Ordering::Relaxed) {
         drop_by_move(st, view, addr);
     } else {
-        drop_private(st, view, addr);
+        drop_by_remap(st, view, addr);
     }
 }
 
@@ -392,111 +392,110 @@ pub(super) unsafe fn flush_shared(st: &mut State, view: &RingView) {
     }
 }
 
-/// Drops a private page without losing it: write-protect (writers wait), copy it aside,
-/// MADV_DONTNEED, lift the protection. The next access by any task (read or write, from
-/// user code or inside a system call) is a missing-page fault that the fault thread
-/// resolves by copying the contents back (UFFDIO_COPY), recording who touched it.
-pub(super) unsafe fn drop_private(st: &mut State, view: &RingView, page: u64) {
-    if st.page as usize != PAGE || st.uffd < 0 {
+/// Drops a private page by moving it into the vault with mremap(MREMAP_DONTUNMAP) (Linux
+/// 5.7), where the kernel has no UFFDIO_MOVE: the page-table entry moves in one step under
+/// the kernel's mmap lock, and the program's mapping stays where it was with that page
+/// missing, so the next access by any task (read or write, from user code or inside a
+/// system call) faults to us and gets the contents back by copy (UFFDIO_COPY).
+///
+/// The mremap raises a REMAP event and waits until the fault thread has read it, so the
+/// lock cannot be held across it, and the kernel does not refuse the move while a program
+/// event is unread (as it refuses UFFDIO_MOVE): the agent asks first, under the lock
+/// (registered_and_settled), and the drop is in flight in `st.pending` until the fault
+/// thread handles its event and settles where the page belongs (vault::Pending). A move
+/// that raised no event took the page from a mapping not registered with us (mapped at that
+/// address after the question), where no fault would bring it back: it is moved back at
+/// once.
+pub(super) unsafe fn drop_by_remap(st: &mut State, view: &RingView, page: u64) {
+    if st.page as usize != PAGE || st.uffd < 0 || !prepare_vault(st) {
         return;
     }
     lock();
     let slot = free_slot(st);
     let (Some(i), false) = (
         slot,
-        HOLD.load(Ordering::Acquire) || YIELDED.load(Ordering::Acquire),
+        held()
+            || st.changes != st.scanned_changes
+            || MAPPING_EVENTS_WAITING.load(Ordering::Acquire)
+            || recently_discarded(st, page)
+            || st.saved.iter().any(|x| x.addr == page)
+            || !registered_and_settled(st, page),
     ) else {
         unlock();
         return;
     };
-    if st.saved.iter().any(|x| x.addr == page) {
-        unlock();
-        return;
-    }
-    if st.changes != st.scanned_changes
-        || MAPPING_EVENTS_WAITING.load(Ordering::Acquire)
-        || recently_discarded(st, page)
-    {
-        unlock();
-        return;
-    }
+    let dst = st.vault + (st.vault_next % VAULT_PAGES as u64) * PAGE as u64;
+    st.vault_next += 1;
+    st.saved[i].reserved = true;
+    st.pending = Pending::start(page, dst, i);
     DROPPING.store(page, Ordering::SeqCst);
     unlock();
-    let range = UffdioRange {
+    let moved = libc::mremap(
+        page as *mut c_void,
+        PAGE,
+        PAGE,
+        libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | MREMAP_DONTUNMAP,
+        dst as *mut c_void,
+    ) != libc::MAP_FAILED;
+    // The event was read before mremap returned, and is handled under the lock: still
+    // pending now means there was none.
+    lock();
+    let settled = !st.pending.active();
+    st.pending = Pending::default();
+    st.saved[i].reserved = false;
+    unlock();
+    if moved && !settled {
+        libc::mremap(
+            dst as *mut c_void,
+            PAGE,
+            PAGE,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | MREMAP_DONTUNMAP,
+            page as *mut c_void,
+        );
+    }
+    if settled {
+        // The moved page's mapping kept our registration: off again, so that freeing its
+        // chunk raises no event and a read of it never waits on our own fault thread.
+        let mut rg = UffdioRange {
+            start: dst,
+            len: PAGE as u64,
+        };
+        uffd_ioctl(st.uffd, UFFDIO_UNREGISTER, &mut rg as *mut _ as *mut c_void);
+    }
+    DROPPING.store(0, Ordering::SeqCst);
+    // Faults at the page that waited for the drop to settle are retried by the fault thread
+    // (it defers them); one that arrived as it settled is woken here.
+    let mut rg = UffdioRange {
         start: page,
         len: PAGE as u64,
     };
-    let mut wp = UffdioWriteprotect {
-        range,
-        mode: UFFDIO_WRITEPROTECT_MODE_WP,
-    };
-    if uffd_ioctl(
-        st.uffd,
-        UFFDIO_WRITEPROTECT,
-        &mut wp as *mut _ as *mut c_void,
-    ) != 0
-    {
-        DROPPING.store(0, Ordering::SeqCst);
-        return;
-    }
-    // process_vm_readv, not a plain copy: if the program unmapped the page meanwhile, this
-    // fails with EFAULT instead of crashing the process.
-    let local = libc::iovec {
-        iov_base: st.saved[i].data.as_mut_ptr() as *mut c_void,
-        iov_len: PAGE,
-    };
-    let remote = libc::iovec {
-        iov_base: page as *mut c_void,
-        iov_len: PAGE,
-    };
-    let copied = libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == PAGE as isize;
-    let mut dropped = false;
-    if copied {
-        lock();
-        st.saved[i].addr = page;
-        st.saved[i].since = monotonic_ns();
-        st.saved[i].own_remove = page;
-        unlock();
-        dropped = libc::madvise(page as *mut c_void, PAGE, libc::MADV_DONTNEED) == 0;
-    }
-    // A dropped anonymous page keeps no write-protect marker (the kernel installs markers
-    // for file memory only): its next access is a missing fault, resolved without
-    // protection. Lifting the protection here would only wait (EAGAIN) until the fault
-    // thread has read the REMOVE event of our own madvise.
-    if !dropped {
-        loop {
-            let mut un = UffdioWriteprotect { range, mode: 0 };
-            if uffd_ioctl(
-                st.uffd,
-                UFFDIO_WRITEPROTECT,
-                &mut un as *mut _ as *mut c_void,
-            ) == 0
-                || errno() != libc::EAGAIN
-            {
-                break;
-            }
-            libc::sched_yield();
-        }
-    }
-    let mut rg = range;
     uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
-    if copied && !dropped {
-        lock();
-        if st.saved[i].addr == page {
-            st.saved[i].own_remove = 0;
-            // On EAGAIN the slot stays; expire() puts the page back later.
-            restore(st, i);
-        }
-        unlock();
-    }
-    DROPPING.store(0, Ordering::SeqCst);
-    if dropped {
+    if moved && settled {
         view.header()
             .rearmed_private
             .fetch_add(1, Ordering::Relaxed);
     } else {
         view.header().errors.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// The check the kernel makes before UFFDIO_MOVE, which mremap does not make: `page` is
+/// mapped, in memory registered with us, and no mapping change of the program is unread.
+/// A UFFDIO_ZEROPAGE of the page says so with EEXIST (EAGAIN: a change is unread; ENOENT:
+/// not registered, a mapping made there since the last scan). It fills a missing page with
+/// zeros, which is what a missing page the program did not discard holds; it is not dropped.
+/// The gap left is from this call to the mremap's.
+unsafe fn registered_and_settled(st: &State, page: u64) -> bool {
+    let mut z = UffdioZeropage {
+        range: UffdioRange {
+            start: page,
+            len: PAGE as u64,
+        },
+        mode: 0,
+        zeropage: 0,
+    };
+    uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) != 0
+        && errno() == libc::EEXIST
 }
 
 /// Whether `page` is mapped now (pagemap bit 63). Re-arming an unmapped page does nothing,
@@ -512,6 +511,12 @@ pub(super) unsafe fn present(st: &State, page: u64) -> bool {
 pub(super) const PM_PRESENT: u64 = 1 << 63;
 
 pub(super) const PM_FILE_OR_SHARED: u64 = 1 << 61;
+
+/// /proc/self/pagemap bit: the page is swapped out.
+pub(super) const PM_SWAPPED: u64 = 1 << 62;
+
+/// mremap flag (Linux 5.7): leave the old mapping in place, its pages missing.
+const MREMAP_DONTUNMAP: c_int = 4;
 
 /// The pagemap entry of `page` (None when it cannot be read).
 pub(super) unsafe fn pagemap_entry(st: &State, page: u64) -> Option<u64> {
@@ -534,8 +539,7 @@ pub(super) unsafe fn drop_by_move(st: &mut State, view: &RingView, page: u64) {
     let slot = free_slot(st);
     let (Some(i), false) = (
         slot,
-        HOLD.load(Ordering::Acquire)
-            || YIELDED.load(Ordering::Acquire)
+        held()
             || st.changes != st.scanned_changes
             || MAPPING_EVENTS_WAITING.load(Ordering::Acquire)
             || recently_discarded(st, page)

@@ -8,15 +8,12 @@ pub(super) const UFFDIO_API: c_ulong = 0xc018_aa3f;
 pub(super) const UFFDIO_REGISTER: c_ulong = 0xc020_aa00;
 pub(super) const UFFDIO_UNREGISTER: c_ulong = 0x8010_aa01;
 pub(super) const UFFDIO_WAKE: c_ulong = 0x8010_aa02;
-pub(super) const UFFDIO_WRITEPROTECT: c_ulong = 0xc018_aa06;
 pub(super) const UFFDIO_COPY: c_ulong = 0xc028_aa03;
 pub(super) const UFFDIO_ZEROPAGE: c_ulong = 0xc020_aa04;
 pub(super) const UFFDIO_MOVE: c_ulong = 0xc028_aa05;
 pub(super) const UFFDIO_MOVE_MODE_DONTWAKE: u64 = 1;
 pub(super) const UFFD_FEATURE_MOVE: u64 = 1 << 16;
 pub(super) const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
-pub(super) const UFFDIO_REGISTER_MODE_WP: u64 = 2;
-pub(super) const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1;
 pub(super) const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 2;
 pub(super) const UFFD_FEATURE_EVENT_REMOVE: u64 = 1 << 3;
 pub(super) const UFFD_FEATURE_EVENT_UNMAP: u64 = 1 << 6;
@@ -27,10 +24,9 @@ pub(super) const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
 pub(super) const UFFD_EVENT_REMAP: u8 = 0x14;
 pub(super) const UFFD_EVENT_REMOVE: u8 = 0x15;
 pub(super) const UFFD_EVENT_UNMAP: u8 = 0x16;
-pub(super) const UFFD_PAGEFAULT_FLAG_WP: u64 = 2;
 
-/// The registration must offer UFFDIO_COPY, UFFDIO_ZEROPAGE and UFFDIO_WRITEPROTECT.
-pub(super) const IOCTLS_NEEDED: u64 = (1 << 3) | (1 << 4) | (1 << 6);
+/// The registration must offer UFFDIO_COPY and UFFDIO_ZEROPAGE.
+pub(super) const IOCTLS_NEEDED: u64 = (1 << 3) | (1 << 4);
 
 #[repr(C)]
 pub(super) struct UffdioApi {
@@ -51,12 +47,6 @@ pub(super) struct UffdioRegister {
     pub(crate) range: UffdioRange,
     pub(crate) mode: u64,
     pub(crate) ioctls: u64,
-}
-
-#[repr(C)]
-pub(super) struct UffdioWriteprotect {
-    pub(crate) range: UffdioRange,
-    pub(crate) mode: u64,
 }
 
 #[repr(C)]

@@ -1,6 +1,6 @@
-//! Where dropped private pages wait: the saved-page slots (copies, or pages moved into the
-//! vault with UFFDIO_MOVE), putting them back, and the program's own discards and remaps
-//! that a drop must not race with.
+//! Where dropped private pages wait: the saved-page slots (pages moved into the vault with
+//! UFFDIO_MOVE, or with mremap and its drop in flight in [`Pending`]), putting them back, and
+//! the program's own discards and remaps that a drop must not race with.
 
 use super::*;
 
@@ -9,26 +9,101 @@ pub(super) struct Saved {
     /// Page address; 0 when the slot is free.
     pub(crate) addr: u64,
     pub(crate) since: u64,
-    /// Page of our own MADV_DONTNEED still to be seen (0: none): the REMOVE event it raises is ours,
-    /// not the program discarding the page (the event is read, and the madvise returns,
-    /// before the fault thread gets to handle it).
-    pub(crate) own_remove: u64,
-    /// The vault page the page itself was moved to (UFFDIO_MOVE); 0: its contents were
-    /// copied into `data`.
+    /// Held for a drop by mremap in flight (see [`Pending`]): not free though `addr` is 0.
+    pub(crate) reserved: bool,
+    /// The vault page the page itself was moved to.
     pub(crate) vault_at: u64,
-    pub(crate) data: [u8; PAGE],
+}
+
+/// A drop by mremap in flight (rearm::drop_by_remap), from the move until the fault thread
+/// handles the move's own REMAP event. The program's mapping events handled meanwhile may
+/// have come before the move or after it: events queue in the order the threads get to
+/// queue them after their changes, not in the order of the changes. So they are kept here
+/// and settled when the move's own event comes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Pending {
+    /// The page taken (0: no drop in flight).
+    pub(crate) from: u64,
+    /// The vault page it goes to, and the slot held for it.
+    pub(crate) to: u64,
+    pub(crate) slot: usize,
+    /// Where the contents belong if the events came after the move: `from`, carried along by
+    /// the program's remaps (0: the program discarded or unmapped it).
+    pub(crate) home: u64,
+    /// The program moved a mapping onto `from` meanwhile. Before the move, the page taken is
+    /// that mapping's and belongs at `from`; after it, the page belongs at `home`. The move
+    /// left a hole (a missing page) at exactly one of the two, which tells them apart.
+    pub(crate) moved_onto: bool,
+}
+
+impl Pending {
+    pub(super) fn start(from: u64, to: u64, slot: usize) -> Pending {
+        Pending {
+            from,
+            to,
+            slot,
+            home: from,
+            moved_onto: false,
+        }
+    }
+
+    pub(super) fn active(&self) -> bool {
+        self.from != 0
+    }
+
+    /// Whether a missing fault at `page` must wait until the drop is settled: its contents
+    /// may be on their way to the vault.
+    pub(super) fn holds(&self, page: u64) -> bool {
+        self.active() && (page == self.from || page == self.home)
+    }
+
+    /// The program discarded or unmapped [start, end): in either order with the move, the
+    /// contents are gone.
+    pub(super) fn discarded(&mut self, start: u64, end: u64) {
+        if start <= self.home && self.home < end {
+            self.home = 0;
+        }
+    }
+
+    /// The program moved [src, src + len) to dst.
+    pub(super) fn remapped(&mut self, src: u64, dst: u64, len: u64) {
+        if self.home != 0 && src <= self.home && self.home < src + len {
+            self.home = self.home - src + dst;
+        } else if dst <= self.from && self.from < dst + len {
+            self.moved_onto = true;
+        }
+    }
+
+    /// Where the page taken belongs once the move's own event is handled (0: nowhere, the
+    /// program discarded it, or the two places cannot be told apart). `hole(addr)`: addr has
+    /// no page now.
+    pub(super) fn settle(&self, hole: impl Fn(u64) -> bool) -> u64 {
+        if !self.moved_onto || self.home == self.from {
+            return self.home;
+        }
+        match (self.home != 0 && hole(self.home), hole(self.from)) {
+            (true, false) => self.home,
+            (false, true) => self.from,
+            _ => 0,
+        }
+    }
 }
 
 /// Puts saved page `i` back (caller holds the lock). False when the kernel said EAGAIN
 /// (the program is changing its mappings; an event is pending): the slot is kept and the
 /// caller retries later, never spinning with the lock held.
 pub(super) unsafe fn restore(st: &mut State, i: usize) -> bool {
-    let src = match st.saved[i].vault_at {
-        0 => st.saved[i].data.as_ptr() as u64,
-        at => at,
+    let (addr, src) = (st.saved[i].addr, st.saved[i].vault_at);
+    // A copy, not a move back: moving would clear the vault's entry and flush the TLB. A
+    // vault page with nothing in it (mremap moved a page the program had discarded, or never
+    // touched) must not be read: it may still be registered with us, and this thread would
+    // wait on its own fault. Its contents are zeros.
+    let put = if UFFD_CAN_MOVE.load(Ordering::Relaxed) || in_memory(st, src) {
+        copy_back(st, addr, src)
+    } else {
+        zero_page(st, addr)
     };
-    // A copy, not a move back: moving would clear the vault's entry and flush the TLB.
-    if !copy_back(st, st.saved[i].addr, src) && errno() == libc::EAGAIN {
+    if !put && errno() == libc::EAGAIN {
         return false;
     }
     // Put back (the copy woke any thread waiting there), or EEXIST (already back), or the
@@ -52,11 +127,11 @@ pub(super) unsafe fn restore(st: &mut State, i: usize) -> bool {
 /// saved page; where the range leaves the mapping it falls back to the one page. False on
 /// EAGAIN (retry).
 pub(super) unsafe fn zero_fill(st: &State, page: u64) -> bool {
-    let saved_ahead = st
-        .saved
-        .iter()
-        .filter(|x| x.addr > page)
-        .map(|x| x.addr)
+    // Nor the page of a drop by mremap in flight, nor where it may belong (see Pending).
+    let pending = [st.pending.from, st.pending.home];
+    let saved_ahead = (st.saved.iter().map(|x| x.addr))
+        .chain(pending)
+        .filter(|&a| a > page)
         .min()
         .unwrap_or(u64::MAX);
     let stream = FILL
@@ -94,6 +169,26 @@ fn fill_size(in_order: bool, next: usize) -> (usize, usize) {
     } else {
         (ZERO_AHEAD, (ZERO_AHEAD * 2).min(FILL_MAX))
     }
+}
+
+/// Whether `page` has contents: mapped, or swapped out (pagemap bits 63 and 62). Without
+/// pagemap, assumed so.
+pub(super) unsafe fn in_memory(st: &State, page: u64) -> bool {
+    st.pagemap < 0 || pagemap_entry(st, page).is_some_and(|e| e & (PM_PRESENT | PM_SWAPPED) != 0)
+}
+
+/// UFFDIO_ZEROPAGE of the one page `page`; true when done (or a page is there already).
+unsafe fn zero_page(st: &State, page: u64) -> bool {
+    let mut z = UffdioZeropage {
+        range: UffdioRange {
+            start: page,
+            len: PAGE as u64,
+        },
+        mode: 0,
+        zeropage: 0,
+    };
+    uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) == 0
+        || errno() == libc::EEXIST
 }
 
 /// UFFDIO_COPY of one page from `src` to `dst`; true when done (or already there).
@@ -140,11 +235,9 @@ pub(super) unsafe fn prepare_vault(st: &mut State) -> bool {
     true
 }
 
-/// A free slot: no page, and no REMOVE event of ours still to come for it.
+/// A free slot: no page, and not held for a drop in flight.
 pub(super) fn free_slot(st: &State) -> Option<usize> {
-    st.saved
-        .iter()
-        .position(|x| x.addr == 0 && x.own_remove == 0)
+    st.saved.iter().position(|x| x.addr == 0 && !x.reserved)
 }
 
 /// Remembers a range the program discarded (caller holds the lock).
@@ -178,11 +271,17 @@ pub(super) fn recently_discarded(st: &State, page: u64) -> bool {
         })
 }
 
-/// Sets up the vault for dropping pages by moving them (UFFDIO_MOVE, Linux 6.8): no copy
-/// and no write-protect window. Without it, pages are saved by copy.
-pub(super) unsafe fn open_vault(st: *mut State) {
+/// Sets up the vault that dropped pages are moved into: registered (missing mode) with our
+/// userfaultfd where `registered` (UFFDIO_MOVE wants its destination registered), else
+/// plain memory that mremap moves pages onto.
+pub(super) unsafe fn open_vault(st: *mut State, registered: bool) {
     let vault = own_mapping(VAULT_PAGES * PAGE);
     if vault.is_null() {
+        return;
+    }
+    if !registered {
+        (*st).vault = vault as u64;
+        (*st).vault_clean_end = VAULT_PAGES as u64;
         return;
     }
     let mut reg = UffdioRegister {
@@ -247,6 +346,56 @@ mod tests {
     }
 
     #[test]
+    fn a_drop_in_flight_follows_the_programs_events() {
+        let p = 0x10_000;
+        let none = |_: u64| panic!("no hole test needed");
+        // Nothing happened meanwhile: the page belongs where it was taken.
+        let clean = Pending::start(p, 0x90_000, 3);
+        assert!(clean.holds(p) && !clean.holds(p + 0x1000));
+        assert_eq!(clean.settle(none), p);
+        // Discarded (REMOVE or UNMAP over it), before or after the move: gone.
+        let mut d = clean;
+        d.discarded(p - 0x1000, p + 0x1000);
+        assert_eq!(d.settle(none), 0);
+        let mut d = clean;
+        d.discarded(p + 0x1000, p + 0x2000);
+        assert_eq!(d.settle(none), p, "a neighbour's discard is not ours");
+        // Its mapping moved away: with nothing moved onto the old place, the move cannot have
+        // come after (it would have found nothing and failed), so the page follows its mapping.
+        let mut m = clean;
+        m.remapped(p - 0x1000, 0x50_000, 0x4000);
+        assert_eq!(m.home, 0x51_000);
+        assert!(m.holds(0x51_000) && m.holds(p));
+        assert_eq!(m.settle(none), 0x51_000);
+        // Moved away and another mapping moved onto the old place: the hole tells.
+        m.remapped(0x70_000, p - 0x1000, 0x4000);
+        assert!(m.moved_onto);
+        assert_eq!(
+            m.settle(|a| a == 0x51_000),
+            0x51_000,
+            "moved after the drop"
+        );
+        assert_eq!(
+            m.settle(|a| a == p),
+            p,
+            "moved before: the page taken is the newcomer's"
+        );
+        assert_eq!(m.settle(|_| true), 0, "two holes: cannot tell");
+        assert_eq!(m.settle(|_| false), 0, "no hole: cannot tell");
+        // Only moved onto (the old mapping unmapped first, which discards): gone either way.
+        let mut o = clean;
+        o.discarded(p, p + 0x1000);
+        o.remapped(0x70_000, p, 0x1000);
+        assert_eq!(
+            o.settle(|a| a == p),
+            p,
+            "the newcomer's page, taken after it came"
+        );
+        assert_eq!(o.settle(|_| false), 0);
+        assert!(!Pending::default().active() && !Pending::default().holds(0));
+    }
+
+    #[test]
     fn remapped_ranges_are_taken_once_and_slots_are_found_free() {
         let mut st = zeroed_state();
         st.remapped[3] = (0x5000, 0x9000);
@@ -261,7 +410,7 @@ mod tests {
         );
         assert_eq!(free_slot(&st), Some(0));
         st.saved[0].addr = 0x7000;
-        st.saved[1].own_remove = 0x8000; // its own REMOVE still to be seen: not free yet
+        st.saved[1].reserved = true; // held for a drop in flight: not free yet
         assert_eq!(free_slot(&st), Some(2));
         discard(&mut st, 0);
         assert_eq!(free_slot(&st), Some(0));

@@ -313,7 +313,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let stats = s.stats();
     let idle_agents = s.idle_agents();
     let huge_pages = s.huge_pages_note();
-    let copy_note = s.copy_note();
     let doc = Document {
         schema: document::SCHEMA,
         command: args
@@ -360,9 +359,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     if let Some(note) = &huge_pages {
         eprintln!("huddle: note: {note}");
-    }
-    if let Some(note) = &copy_note {
-        eprintln!("huddle: warning: {note}");
     }
     if stats.perf_lost + stats.agent_dropped > 0 {
         eprintln!(

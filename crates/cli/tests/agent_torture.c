@@ -55,6 +55,18 @@ static void fail(const char *what, int t, size_t i, uint64_t got, uint64_t want)
                 what, i, (unsigned long long)got, (unsigned long long)want);
 }
 
+/* In a fork child of this multithreaded program: no stdio (another thread may have held its
+ * lock at the fork), one write(2), and out. */
+static void child_fail(int t, const char *where, size_t i, const uint64_t *got, const uint64_t *want) {
+    char line[300];
+    int n = snprintf(line, sizeof line,
+                     "agent_torture: thread %d: its fork child saw other contents in %s at word %zu (%p): %#llx, expected %#llx (at %p)\n",
+                     t, where, i, (const void *)got, (unsigned long long)*got, (unsigned long long)*want, (const void *)want);
+    if (n > 0 && write(2, line, (size_t)n) < 0)
+        _exit(3);
+    _exit(1);
+}
+
 static uint64_t *fresh(size_t bytes) {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
@@ -168,11 +180,11 @@ static void *worker(void *arg) {
                 do {
                     for (size_t i = 0; i < WORDS; i++)
                         if (a[i] != want[i])
-                            _exit(1);
+                            child_fail(t, "the heap", i, &a[i], &want[i]);
                     for (int k = 0; k < 2; k++)
                         for (size_t i = 0; i < SWORDS; i++)
                             if (st[k][i] != swant[t][k][i])
-                                _exit(1);
+                                child_fail(t, k ? ".data" : ".bss", i, &st[k][i], &swant[t][k][i]);
                 } while (now() < stop);
                 _exit(0);
             }

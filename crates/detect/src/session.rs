@@ -1585,9 +1585,10 @@ impl Session {
                 let mode = match h.private_mode.load(Relaxed) {
                     ring::private_mode::UFFD_WP => format!(
                         "private memory: userfaultfd, pages saved by {}",
-                        match h.saves_by_move.load(Relaxed) {
-                            0 => "copy",
-                            _ => "move",
+                        match h.saves_by.load(Relaxed) {
+                            ring::saves_by::MOVE => "move",
+                            ring::saves_by::REMAP => "remap",
+                            _ => "nothing (no vault: none re-armed)",
                         }
                     ),
                     ring::private_mode::YIELDED_TO_PROGRAM => {
@@ -1610,27 +1611,7 @@ impl Session {
         v.dedup();
         v.extend(self.budget.as_ref().map(Budget::summary));
         v.extend(self.huge_pages_note());
-        v.extend(self.copy_note());
         v
-    }
-
-    /// Said when an agent saves re-armed private pages by copy (no UFFDIO_MOVE): that path
-    /// has a known race with the program's own mapping changes (docs/detect.md, "Saving by
-    /// copy and a mapping moved by another thread"), which a user must be able to weigh.
-    pub fn copy_note(&self) -> Option<String> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let copying = (self.rings.values()).any(|r| {
-            let h = r.view.header();
-            h.private_mode.load(Relaxed) == ring::private_mode::UFFD_WP
-                && h.saves_by_move.load(Relaxed) == 0
-        });
-        copying.then(|| {
-            "re-armed private pages are saved by copy here (no UFFDIO_MOVE before Linux 6.8, or \
-             HUDDLE_AGENT_MOVE=0), which has a known race: a page can be lost when other threads \
-             of the program discard, move or unmap memory at the same moment (docs/detect.md, \
-             Saving by copy); --no-private avoids it"
-                .to_string()
-        })
     }
 
     /// Said when an agent watches private memory on a machine that gives all of it
