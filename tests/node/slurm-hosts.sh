@@ -144,7 +144,7 @@ EOF
             fi || exit 1
             [ -z "$4" ] || mount -t tmpfs -o size=16m,mode=0755 huddle-private "$4" || exit 1
             # NH_SHM=DIR: the host'"'"'s own /dev/shm, DIR/HOST (see netns-agent).
-            [ -z "$5" ] || { mkdir -p "$5/$1" && mount --bind "$5/$1" /dev/shm; } || exit 1
+            [ -z "$5" ] || { mkdir -p "$5/$1" && chmod 1777 "$5/$1" && mount --bind "$5/$1" /dev/shm; } || exit 1
             exec slurmd -N "$1" -f "$2"' slurmd "$h" "$d/slurm.conf" "$d/cgroup-$h" "${NH_PRIVATE:-}" "${NH_SHM:-}" ||
             { echo "slurm-hosts: slurmd of $h did not start" >&2; tail -3 "$d/slurmd-$h.log" >&2; return 1; }
     done

@@ -486,16 +486,7 @@ pub(super) unsafe fn drop_by_remap(st: &mut State, view: &RingView, page: u64) {
 /// zeros, which is what a missing page the program did not discard holds; it is not dropped.
 /// The gap left is from this call to the mremap's.
 unsafe fn registered_and_settled(st: &State, page: u64) -> bool {
-    let mut z = UffdioZeropage {
-        range: UffdioRange {
-            start: page,
-            len: PAGE as u64,
-        },
-        mode: 0,
-        zeropage: 0,
-    };
-    uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) != 0
-        && errno() == libc::EEXIST
+    zero_page_errno(st, page) == libc::EEXIST
 }
 
 /// Whether `page` is mapped now (pagemap bit 63). Re-arming an unmapped page does nothing,

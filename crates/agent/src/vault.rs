@@ -179,6 +179,11 @@ pub(super) unsafe fn in_memory(st: &State, page: u64) -> bool {
 
 /// UFFDIO_ZEROPAGE of the one page `page`; true when done (or a page is there already).
 unsafe fn zero_page(st: &State, page: u64) -> bool {
+    matches!(zero_page_errno(st, page), 0 | libc::EEXIST)
+}
+
+/// UFFDIO_ZEROPAGE of the one page `page`: 0, or the kernel's errno.
+pub(super) unsafe fn zero_page_errno(st: &State, page: u64) -> i32 {
     let mut z = UffdioZeropage {
         range: UffdioRange {
             start: page,
@@ -187,8 +192,10 @@ unsafe fn zero_page(st: &State, page: u64) -> bool {
         mode: 0,
         zeropage: 0,
     };
-    uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) == 0
-        || errno() == libc::EEXIST
+    match uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) {
+        0 => 0,
+        _ => errno(),
+    }
 }
 
 /// UFFDIO_COPY of one page from `src` to `dst`; true when done (or already there).
