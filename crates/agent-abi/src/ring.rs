@@ -41,7 +41,7 @@ pub mod private_mode {
     /// Not re-armed: disabled, or not decided yet (the header starts zeroed).
     pub const OFF: u32 = 0;
     /// userfaultfd drop-and-restore is active.
-    pub const UFFD_WP: u32 = 1;
+    pub const UFFD: u32 = 1;
     /// The program uses userfaultfd itself; the agent stepped back.
     pub const YIELDED_TO_PROGRAM: u32 = 2;
     /// userfaultfd is unavailable (errno in `private_errno`).

@@ -523,7 +523,7 @@ fn start() {
                     (*st).uffd = fd;
                     view.header()
                         .private_mode
-                        .store(ring::private_mode::UFFD_WP, Ordering::Relaxed);
+                        .store(ring::private_mode::UFFD, Ordering::Relaxed);
                 }
                 Err(e) => tell_mode(&view, ring::private_mode::UNAVAILABLE, e),
             }

@@ -1583,7 +1583,7 @@ impl Session {
             .map(|r| {
                 let h = r.view.header();
                 let mode = match h.private_mode.load(Relaxed) {
-                    ring::private_mode::UFFD_WP => format!(
+                    ring::private_mode::UFFD => format!(
                         "private memory: userfaultfd, pages saved by {}",
                         match h.saves_by.load(Relaxed) {
                             ring::saves_by::MOVE => "move",
@@ -1621,7 +1621,7 @@ impl Session {
     pub fn huge_pages_note(&self) -> Option<String> {
         use std::sync::atomic::Ordering::Relaxed;
         let watching = (self.rings.values())
-            .any(|r| r.view.header().private_mode.load(Relaxed) == ring::private_mode::UFFD_WP);
+            .any(|r| r.view.header().private_mode.load(Relaxed) == ring::private_mode::UFFD);
         let text = std::fs::read_to_string(THP_ENABLED).ok()?;
         (watching && thp_mode(&text) == Some("always")).then(|| {
             "transparent huge pages are on for all memory here (always), and each page the \
