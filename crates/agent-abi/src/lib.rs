@@ -72,7 +72,7 @@ pub mod env {
     pub const PREFIX: &str = "HUDDLE_AGENT_";
     /// The variables a user sets (the detector has no option for them), which reach the
     /// agent as they are.
-    pub const USER_SETTINGS: [&str; 1] = [MOVE];
+    pub const USER_SETTINGS: [&str; 2] = [MOVE, HUGE];
     /// The private directory for the ring file (without it the agent does nothing).
     pub const DIR: &str = "HUDDLE_AGENT_DIR";
     /// Fraction of eligible pages re-armed per second.
@@ -86,6 +86,9 @@ pub mod env {
     /// "0": take dropped private pages out with mremap, not with UFFDIO_MOVE (the way of
     /// kernels before Linux 6.8, tested on newer ones with this).
     pub const MOVE: &str = "HUDDLE_AGENT_MOVE";
+    /// "0": take a sampled transparent huge page out 4 KiB at a time (which splits it), not
+    /// whole (the agent's huge module).
+    pub const HUGE: &str = "HUDDLE_AGENT_HUGE";
     /// "1": re-arm only while two threads of the process or more are busy (another source
     /// counts the traffic between processes: the PMPI agent's, for MPI ranks).
     pub const THREADS_ONLY: &str = "HUDDLE_AGENT_THREADS_ONLY";

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HUDDLEAG");
 /// Layout version of [`Header`] and [`Record`]; the detector ignores rings of another one.
 /// Bump it whenever either changes.
-pub const VERSION: u32 = 12;
+pub const VERSION: u32 = 13;
 /// Records per ring (power of two).
 pub const CAPACITY: u32 = 1 << 15;
 /// Ring files one process may create: its first, and one per program exec'd in it.
@@ -150,6 +150,9 @@ pub struct Header {
     pub apart_heard: AtomicU64,
     /// How the agent takes dropped private pages into its vault: [`saves_by`].
     pub saves_by: AtomicU32,
+    /// Of `rearmed_private`, transparent huge pages re-armed whole (see the agent's huge
+    /// module): one each, though it takes 512 small pages out.
+    pub rearmed_huge: AtomicU64,
 }
 
 /// Pages found apart the header holds (see [`Header::apart_pages`]): the agent reads them

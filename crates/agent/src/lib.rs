@@ -85,8 +85,10 @@
 //! Modules: `uffd` (the userfaultfd ABI), `vault` (where dropped pages wait, and the
 //! program's discards and remaps), `rearm` (the re-arm thread: maps scan, page index, picks,
 //! taking pages out), `focus` (pages two tasks share), `maps` (what is eligible), `adopt`
-//! (`.data` made anonymous); this file holds the shared state and its lock, start-up, the
-//! fork hooks, the fault thread and the interposed `ioctl`.
+//! (`.data` made anonymous), `thp` (mappings left to the kernel's huge pages until filled),
+//! `huge` (a sampled transparent huge page re-armed whole, so it stays huge); this file
+//! holds the shared state and its lock, start-up, the fork hooks, the fault thread and the
+//! interposed `ioctl`.
 
 use agent_abi::env as agent_env;
 use agent_abi::ring::{self, RingView};
@@ -98,6 +100,7 @@ use std::sync::atomic::{
 mod adopt;
 mod busy;
 mod focus;
+mod huge;
 mod maps;
 mod rearm;
 mod thp;
@@ -192,7 +195,7 @@ struct State {
     total_pages: u64,
     /// The part of total_pages in shared mappings.
     shared_pages: u64,
-    excluded: [(u64, u64); 5],
+    excluded: [(u64, u64); 6],
     maps_buf: [u8; MAPS_BUF],
     /// Hash of the maps text at the last whole scan (see scan_maps).
     maps_hash: u64,
@@ -254,6 +257,8 @@ struct State {
     scans: u64,
     /// Mappings left to the kernel's huge pages until filled (see the thp module).
     thp: thp::Thp,
+    /// Huge pages re-armed whole, and their vault (see the huge module).
+    huge: huge::HugeVault,
 }
 
 /// The agent's uffd (-1: none); read by the interposed ioctl.
@@ -413,6 +418,7 @@ unsafe fn quiesce() {
                     left = true;
                 }
             }
+            left |= !huge::restore_all(&mut *st);
         }
         if !left {
             return;
@@ -435,6 +441,7 @@ extern "C" fn after_fork_child() {
             if (*old).vault != 0 {
                 libc::munmap((*old).vault as *mut c_void, VAULT_PAGES * PAGE);
             }
+            huge::close(&(*old).huge);
             if (*old).pidfd >= 0 {
                 libc::close((*old).pidfd);
             }
@@ -533,6 +540,7 @@ fn start() {
         }
         if (*st).uffd >= 0 {
             thp::enable_from_sysfs(&mut *st);
+            huge::open(&mut *st);
         }
         let saves_by = match ((*st).vault != 0, UFFD_CAN_MOVE.load(Ordering::Relaxed)) {
             (false, _) => ring::saves_by::NONE,
@@ -562,6 +570,7 @@ fn start() {
         if (*st).vault != 0 {
             (*st).excluded[4] = ((*st).vault, (*st).vault + (VAULT_PAGES * PAGE) as u64);
         }
+        (*st).excluded[5] = huge::vault_range(&(*st).huge);
         let mains: [extern "C" fn(*mut c_void) -> *mut c_void; 2] = [fault_main, rearm_main];
         for (stack, main) in stacks.into_iter().zip(mains) {
             let mut attr: libc::pthread_attr_t = std::mem::zeroed();
@@ -680,6 +689,12 @@ unsafe fn own_mapping(size: usize) -> *mut c_void {
     if p == libc::MAP_FAILED {
         return std::ptr::null_mut();
     }
+    mark_own(p, size);
+    p
+}
+
+/// Marks [p, p + size) as the agent's (see own_mapping).
+unsafe fn mark_own(p: *mut c_void, size: usize) {
     libc::madvise(p, size, libc::MADV_DONTDUMP);
     const PR_SET_VMA: c_int = 0x53564d41;
     const PR_SET_VMA_ANON_NAME: c_ulong = 0;
@@ -690,7 +705,6 @@ unsafe fn own_mapping(size: usize) -> *mut c_void {
         size as c_ulong,
         c"huddle-agent".as_ptr() as c_ulong,
     );
-    p
 }
 
 /// pread(2) of `fd` at `offset` into `buf`: the bytes read (0 at the end, or on an error).
@@ -972,16 +986,19 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             if st.pending.holds(page) {
                 return false;
             }
-            // Missing: a page we dropped (put its contents back) or one never touched.
+            // Missing: a page we dropped (put its contents back: alone, or its whole huge
+            // page) or one never touched.
             let slot = st.saved.iter().position(|x| x.addr == page);
-            let done = match slot {
-                Some(i) => restore(st, i),
-                None => zero_fill(st, page),
+            let huge_slot = st.huge.holding(page);
+            let done = match (slot, huge_slot) {
+                (Some(i), _) => restore(st, i),
+                (None, Some(i)) => huge::restore_window(st, i),
+                (None, None) => zero_fill(st, page),
             };
             if !done {
                 return false;
             }
-            if slot.is_none() {
+            if slot.is_none() && huge_slot.is_none() {
                 // First touch, not a re-armed page: the detector sees it through perf.
                 FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
                 let mut rg = range;
@@ -1006,6 +1023,9 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             if st.vault != 0 && m.a0 >= st.vault && m.a1 <= st.vault + (VAULT_PAGES * PAGE) as u64 {
                 return true; // prepare_vault's own
             }
+            if st.huge.own(m.a0, m.a1) {
+                return true; // huge::clean's own
+            }
             st.pending.discarded(m.a0, m.a1);
             // The old range of an mremap whose REMAP was handled: its slots moved with it,
             // and any slot there now arrived later (another thread may already have moved
@@ -1026,6 +1046,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                     discard(st, i);
                 }
             }
+            st.huge.discarded(m.a0, m.a1);
             true
         }
         UFFD_EVENT_REMAP
@@ -1054,6 +1075,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                     x.addr = x.addr - m.a0 + m.a1;
                 }
             }
+            st.huge.remapped(m.a0, m.a1, m.a2);
             st.changes += 1;
             st.focus.forget(m.a0, m.a0 + m.a2);
             st.remapped[st.remapped_next] = (m.a0, m.a0 + m.a2);

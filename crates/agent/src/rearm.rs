@@ -140,6 +140,7 @@ pub(super) unsafe fn expire(st: &mut State, now: u64) {
             restore(st, i);
         }
     }
+    huge::expire(st, now);
     unlock();
 }
 
@@ -597,7 +598,10 @@ pub(super) unsafe fn rearm(st: &mut State, view: &RingView, n: u64) {
             };
             let Some((addr, shared)) = chosen else { break };
             if present(st, addr) {
-                rearm_page(st, view, addr, shared);
+                // In a huge page: the whole of it, which keeps it huge (the huge module).
+                if shared || !huge::rearm_window(st, view, addr) {
+                    rearm_page(st, view, addr, shared);
+                }
                 break;
             }
         }
@@ -629,7 +633,14 @@ pub(super) unsafe fn rearm_focus(st: &mut State, view: &RingView, most: u64) -> 
             continue;
         }
         let before = view.header().rearmed_private.load(Ordering::Relaxed);
-        rearm_page(st, view, page, false);
+        // In a huge page, where the question allows, the whole of it, as for a sample (the
+        // huge module); else the page alone, which splits the huge page.
+        lock();
+        let whole = st.focus.may_take_huge_page(page);
+        unlock();
+        if !(whole && huge::rearm_window(st, view, page)) {
+            rearm_page(st, view, page, false);
+        }
         if view.header().rearmed_private.load(Ordering::Relaxed) == before {
             lock();
             st.focus.not_armed(page, now);

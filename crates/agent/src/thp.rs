@@ -96,6 +96,11 @@ impl Thp {
         };
     }
 
+    /// The huge-page size in bytes (0: none, or THP `never`).
+    pub(super) fn huge_size(&self) -> u64 {
+        self.huge
+    }
+
     /// Whether [start, end) holds a whole aligned huge page (else THP cannot apply).
     fn holds_huge_page(&self, start: u64, end: u64) -> bool {
         self.huge != 0

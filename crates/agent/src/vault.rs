@@ -133,7 +133,8 @@ pub(super) unsafe fn zero_fill(st: &State, page: u64) -> bool {
         .chain(pending)
         .filter(|&a| a > page)
         .min()
-        .unwrap_or(u64::MAX);
+        .unwrap_or(u64::MAX)
+        .min(st.huge.first_out_from(page + PAGE as u64));
     let stream = FILL
         .iter()
         .position(|f| f.end.load(Ordering::Relaxed) == page);
@@ -271,11 +272,17 @@ pub(super) fn take_remapped(st: &mut State, start: u64, end: u64) -> bool {
 
 /// Whether `page` lies in a range the program discarded within the quarantine.
 pub(super) fn recently_discarded(st: &State, page: u64) -> bool {
+    recently_discarded_range(st, page, page + 1)
+}
+
+/// Whether a range the program discarded within the quarantine meets [start, end).
+pub(super) fn recently_discarded_range(st: &State, start: u64, end: u64) -> bool {
     let now = monotonic_ns();
     now < st.quarantine_all_until
-        || st.discarded.iter().any(|&(a, b, t)| {
-            a <= page && page < b && now.saturating_sub(t) < DISCARD_QUARANTINE_NS
-        })
+        || st
+            .discarded
+            .iter()
+            .any(|&(a, b, t)| a < end && start < b && now.saturating_sub(t) < DISCARD_QUARANTINE_NS)
 }
 
 /// Sets up the vault that dropped pages are moved into: registered (missing mode) with our

@@ -12,6 +12,9 @@
  * 0 when every check held, 1 with a line on stderr naming the first that did not.
  *
  * Usage: agent_torture SECONDS
+ * With AGENT_TORTURE_HUGE=1 the threads' heap arrays ask for transparent huge pages
+ * (MADV_HUGEPAGE, 2-MiB aligned), which the agent re-arms whole, and the first change comes
+ * after a second.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -76,10 +79,24 @@ static uint64_t *fresh(size_t bytes) {
     return p;
 }
 
+/* fresh(), but 2-MiB aligned and asking for huge pages where AGENT_TORTURE_HUGE is set. */
+static uint64_t *fresh_maybe_huge(size_t bytes) {
+    const size_t huge = 2UL << 20;
+    if (!getenv("AGENT_TORTURE_HUGE"))
+        return fresh(bytes);
+    char *raw = (char *)fresh(bytes + huge);
+    char *p = (char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    munmap(p + bytes, (size_t)(raw + huge - p));
+    madvise(p, bytes, MADV_HUGEPAGE);
+    return (uint64_t *)p;
+}
+
 static void *worker(void *arg) {
     int t = (int)(intptr_t)arg;
     size_t bytes = (size_t)WORDS * 8;
-    uint64_t *a = fresh(bytes);
+    uint64_t *a = fresh_maybe_huge(bytes);
     uint64_t *want = malloc(bytes); /* the expected values, in malloc'd (also dropped) memory */
     for (size_t i = 0; i < WORDS; i++)
         a[i] = want[i] = ((uint64_t)t << 56) ^ i;
@@ -96,7 +113,7 @@ static void *worker(void *arg) {
         for (size_t i = 0; i < SWORDS; i++)
             st[k][i] = swant[t][k][i] = ((uint64_t)(t + 8 * k) << 56) ^ i;
     }
-    double end = now() + seconds;
+    double begin = now(), end = begin + seconds;
     for (unsigned pass = 1; !failed && now() < end; pass++) {
         for (size_t i = 0; i < WORDS; i++) {
             if (a[i] != want[i]) {
@@ -117,6 +134,10 @@ static void *worker(void *arg) {
          * each change); AGENT_TORTURE_CASE=N repeats one case at every pass (debugging). */
         const char *only = getenv("AGENT_TORTURE_CASE");
         if (!only && pass % 4 != 0)
+            continue;
+        /* Huge pages: no change in the first second, which any case would split (the agent
+         * registers the array once filled, and then re-arms it whole). */
+        if (getenv("AGENT_TORTURE_HUGE") && now() < begin + 1.0)
             continue;
         /* AGENT_TORTURE_SKIP=N,M,... leaves those cases out (known races, see the test that
          * sets it). */

@@ -1,9 +1,10 @@
 /* A program that asks for transparent huge pages (MADV_HUGEPAGE on a 32-MiB array, as
  * programs with big arrays do), fills the array, says how much of it the kernel gave in huge
- * pages, then lets two threads share it for 1.5 s, checks every word and says how much is
- * still in huge pages. Under the agent the array must get its huge pages as in a plain run
- * (the agent registers such a mapping only once the program has filled it), and still be
- * re-armed afterwards (each re-arm splits the huge page it lands in). */
+ * pages, then lets two threads share it for 1.5 s (with the argument `alone`: one thread
+ * works on all of it for 3 s), checks every word and says how much is still in huge pages. Under
+ * the agent the array must get its huge pages as in a plain run (the agent registers such a
+ * mapping only once the program has filled it), and keep them while the agent re-arms them
+ * whole; only pages the agent asks about one at a time (where threads share) are split. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 
 static uint64_t *a;
 static double start;
+static int alone;
 
 /* AnonHugePages of the mapping holding `p`, from /proc/self/smaps (KiB; -1 if not found). */
 static long huge_kib(const void *p) {
@@ -45,9 +47,15 @@ static long huge_kib(const void *p) {
 static void *work(void *arg) {
     uint64_t id = (uint64_t)(uintptr_t)arg;
     /* Each thread adds to its half and reads the other's, page by page. */
-    for (uint64_t round = 1; now() - start < 1.5; round++) {
+    for (uint64_t round = 1; now() - start < (alone ? 3.0 : 1.5); round++) {
         for (size_t i = id * (WORDS / 2); i < (id + 1) * (WORDS / 2); i += 512)
             a[i] += 1;
+        if (alone) {
+            /* The other half too, and no reading across. */
+            for (size_t i = (1 - id) * (WORDS / 2); i < (2 - id) * (WORDS / 2); i += 512)
+                a[i] += 1;
+            continue;
+        }
         uint64_t sum = 0;
         for (size_t i = (1 - id) * (WORDS / 2); i < (2 - id) * (WORDS / 2); i += 512)
             sum += a[i];
@@ -57,7 +65,8 @@ static void *work(void *arg) {
     return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    alone = argc > 1 && strcmp(argv[1], "alone") == 0;
     uint8_t *raw = mmap(NULL, BYTES + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) {
         perror("mmap");
@@ -71,9 +80,10 @@ int main(void) {
     fflush(stdout);
     start = now();
     pthread_t t[2];
-    for (uintptr_t k = 0; k < 2; k++)
+    int threads = alone ? 1 : 2;
+    for (uintptr_t k = 0; k < (uintptr_t)threads; k++)
         pthread_create(&t[k], NULL, work, (void *)k);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < threads; k++) {
         void *r;
         pthread_join(t[k], &r);
         if (r != NULL) {

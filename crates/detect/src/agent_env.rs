@@ -159,6 +159,7 @@ mod tests {
             ("LD_PRELOAD".into(), "/lib/other.so".into()),
             ("HUDDLE_AGENT_RATE".into(), "0.5".into()),
             ("HUDDLE_AGENT_MOVE".into(), "0".into()),
+            ("HUDDLE_AGENT_HUGE".into(), "0".into()),
             ("HOME".into(), "/root".into()),
         ];
         let out = environment(env, &cfg, Path::new("/run/x"));
@@ -178,8 +179,9 @@ mod tests {
         assert_eq!(get(PRIVATE), "0");
         assert_eq!(get(DIR), "/run/x");
         assert_eq!(get("HOME"), "/root");
-        // The user's own setting reaches the agent.
+        // The user's own settings reach the agent.
         assert_eq!(get("HUDDLE_AGENT_MOVE"), "0");
+        assert_eq!(get("HUDDLE_AGENT_HUGE"), "0");
     }
 
     /// Left-over directories of dead (or replaced) huddle processes go; those of live ones,

@@ -250,6 +250,8 @@ pub struct Stats {
     pub rearmed_shared: u64,
     /// Pages of private anonymous memory the agents re-armed (userfaultfd).
     pub rearmed_private: u64,
+    /// Of `rearmed_private`, transparent huge pages re-armed whole (kept huge).
+    pub rearmed_huge: u64,
     /// Faults on re-armed pages the agents resolved.
     pub agent_handled: u64,
     /// Re-arm or resolve calls of the agents that failed.
@@ -1539,6 +1541,7 @@ impl Session {
             s.agent_dropped += h.dropped.load(Relaxed);
             s.rearmed_shared += h.rearmed_shared.load(Relaxed);
             s.rearmed_private += h.rearmed_private.load(Relaxed);
+            s.rearmed_huge += h.rearmed_huge.load(Relaxed);
             s.agent_handled += h.handled.load(Relaxed);
             s.agent_errors += h.errors.load(Relaxed);
             s.candidate_pages += h.candidate_pages.load(Relaxed);
