@@ -71,7 +71,7 @@ pub(super) struct HugeVault {
     /// HUGE_SLOTS aligned huge-page slots, registered (missing mode) with our userfaultfd;
     /// 0: none, no huge page is re-armed whole.
     base: u64,
-    /// The mapping that holds them (unaligned, one huge page longer), for munmap.
+    /// The mapping that holds them (unaligned, two huge pages longer), for munmap.
     mapping: u64,
     mapping_len: u64,
     size: u64,
