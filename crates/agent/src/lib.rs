@@ -19,7 +19,8 @@
 //!   any task, read or write, from user code or inside a system call, is a missing-page
 //!   fault that the agent's fault thread resolves by copying the page back (UFFDIO_COPY),
 //!   recording who touched it; pages never touched get the zero page. At most 128 pages are
-//!   out at a time; one untouched for 250 ms is put back.
+//!   out at a time; one untouched for 250 ms is put back. A sampled transparent huge page is
+//!   moved out and back whole (the huge module), which keeps it huge.
 //!
 //!   Cost: taking a page out of a multithreaded process's page table means a TLB flush on
 //!   every CPU that runs it (an IPI; 9.4 us per page on the 2-core KVM guest, with another
