@@ -309,15 +309,7 @@ pub(super) unsafe fn rearm_window(st: &mut State, view: &RingView, page: u64) ->
     lock();
     let free = (0..HUGE_SLOTS)
         .find(|&i| st.huge.slots[i].addr == 0 && !st.huge.dirty[i] && !st.huge.broken[i]);
-    let busy = held()
-        || st.changes != st.scanned_changes
-        || MAPPING_EVENTS_WAITING.load(Ordering::Acquire)
-        || recently_discarded_range(st, w, w + size)
-        || st
-            .saved
-            .iter()
-            .any(|x| x.addr != 0 && w <= x.addr && x.addr < w + size)
-        || st.pending.active();
+    let busy = !may_drop(st, w, w + size) || st.pending.active();
     let Some(i) = free.filter(|_| !busy) else {
         unlock();
         return true;

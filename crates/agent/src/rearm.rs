@@ -415,12 +415,7 @@ pub(super) unsafe fn drop_by_remap(st: &mut State, view: &RingView, page: u64) {
     let slot = free_slot(st);
     let (Some(i), false) = (
         slot,
-        held()
-            || st.changes != st.scanned_changes
-            || MAPPING_EVENTS_WAITING.load(Ordering::Acquire)
-            || recently_discarded(st, page)
-            || st.saved.iter().any(|x| x.addr == page)
-            || !registered_and_settled(st, page),
+        !may_drop(st, page, page + PAGE as u64) || !registered_and_settled(st, page),
     ) else {
         unlock();
         return;
@@ -529,14 +524,7 @@ pub(super) unsafe fn drop_by_move(st: &mut State, view: &RingView, page: u64) {
     }
     lock();
     let slot = free_slot(st);
-    let (Some(i), false) = (
-        slot,
-        held()
-            || st.changes != st.scanned_changes
-            || MAPPING_EVENTS_WAITING.load(Ordering::Acquire)
-            || recently_discarded(st, page)
-            || st.saved.iter().any(|x| x.addr == page),
-    ) else {
+    let (Some(i), false) = (slot, !may_drop(st, page, page + PAGE as u64)) else {
         unlock();
         return;
     };

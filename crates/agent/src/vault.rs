@@ -270,13 +270,19 @@ pub(super) fn take_remapped(st: &mut State, start: u64, end: u64) -> bool {
     }
 }
 
-/// Whether `page` lies in a range the program discarded within the quarantine.
-pub(super) fn recently_discarded(st: &State, page: u64) -> bool {
-    recently_discarded_range(st, page, page + 1)
+/// Whether [start, end) may be taken out now (caller holds the lock): no fork under way,
+/// no mapping change since the last scan of the maps or waiting to be handled, none of it
+/// discarded by the program lately, and no page of it out already.
+pub(super) fn may_drop(st: &State, start: u64, end: u64) -> bool {
+    !held()
+        && st.changes == st.scanned_changes
+        && !MAPPING_EVENTS_WAITING.load(Ordering::Acquire)
+        && !recently_discarded(st, start, end)
+        && !(st.saved.iter()).any(|x| x.addr != 0 && start <= x.addr && x.addr < end)
 }
 
 /// Whether a range the program discarded within the quarantine meets [start, end).
-pub(super) fn recently_discarded_range(st: &State, start: u64, end: u64) -> bool {
+pub(super) fn recently_discarded(st: &State, start: u64, end: u64) -> bool {
     let now = monotonic_ns();
     now < st.quarantine_all_until
         || st
@@ -340,11 +346,14 @@ mod tests {
     #[test]
     fn discarded_ranges_are_quarantined_and_overwriting_a_fresh_one_holds_everything() {
         let mut st = zeroed_state();
-        assert!(!recently_discarded(&st, 0x1000));
+        assert!(!recently_discarded(&st, 0x1000, 0x1000 + 1));
         note_discard(&mut st, 0x10_000, 0x20_000);
-        assert!(recently_discarded(&st, 0x10_000));
-        assert!(recently_discarded(&st, 0x1f_fff));
-        assert!(!recently_discarded(&st, 0x20_000), "end is exclusive");
+        assert!(recently_discarded(&st, 0x10_000, 0x10_000 + 1));
+        assert!(recently_discarded(&st, 0x1f_fff, 0x1f_fff + 1));
+        assert!(
+            !recently_discarded(&st, 0x20_000, 0x20_000 + 1),
+            "end is exclusive"
+        );
         assert_eq!(st.quarantine_all_until, 0);
         // DISCARDED more discards within the second: the first is overwritten while still in
         // quarantine, so nothing at all may be dropped until its quarantine ends.
@@ -356,7 +365,10 @@ mod tests {
             );
         }
         assert!(st.quarantine_all_until > monotonic_ns());
-        assert!(recently_discarded(&st, 0xdead_0000), "everything held");
+        assert!(
+            recently_discarded(&st, 0xdead_0000, 0xdead_0000 + 1),
+            "everything held"
+        );
     }
 
     #[test]
