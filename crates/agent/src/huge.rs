@@ -147,15 +147,19 @@ impl HugeSaved {
         }
     }
 
-    /// The program moved [src, src + len) to dst.
-    pub(super) fn remapped(&mut self, src: u64, dst: u64, len: u64) {
+    /// The program moved [src, src + len) to dst. As for small pages (vault::remap_slots),
+    /// a page follows only where its new address is a hole (`hole`): a REMAP handled late
+    /// must not carry off what another mapping brought into its old range meanwhile.
+    pub(super) fn remapped(&mut self, src: u64, dst: u64, len: u64, hole: impl Fn(u64) -> bool) {
         let size = (WINDOW_PAGES * PAGE) as u64;
         if self.addr == 0 {
             return;
         }
         if !self.per_page {
             if src <= self.addr && self.addr + size <= src + len {
-                self.addr = self.addr - src + dst;
+                if hole(self.addr - src + dst) {
+                    self.addr = self.addr - src + dst;
+                }
                 return;
             }
             if self.addr + size <= src || src + len <= self.addr {
@@ -164,7 +168,7 @@ impl HugeSaved {
             self.split_homes();
         }
         for h in self.homes.iter_mut() {
-            if *h != 0 && src <= *h && *h < src + len {
+            if *h != 0 && src <= *h && *h < src + len && hole(*h - src + dst) {
                 *h = *h - src + dst;
             }
         }
@@ -196,9 +200,9 @@ impl HugeVault {
         }
     }
 
-    pub(super) fn remapped(&mut self, src: u64, dst: u64, len: u64) {
+    pub(super) fn remapped(&mut self, src: u64, dst: u64, len: u64, hole: impl Fn(u64) -> bool) {
         for s in self.slots.iter_mut() {
-            s.remapped(src, dst, len);
+            s.remapped(src, dst, len, &hole);
         }
     }
 
@@ -479,7 +483,7 @@ mod tests {
         );
         assert_eq!(s.first_home_from(W + SIZE), None);
         // Moved whole (an mremap of a larger range): still one entry, at its new place.
-        s.remapped(W - SIZE, 0x8000_0000, 4 * SIZE);
+        s.remapped(W - SIZE, 0x8000_0000, 4 * SIZE, |_| true);
         assert!(!s.per_page && s.addr == 0x8000_0000 + SIZE);
         // Discarded whole: nothing to put back.
         s.discarded(0x8000_0000, 0x8000_0000 + 2 * SIZE);
@@ -493,7 +497,7 @@ mod tests {
         // The program discards pages 10..20 and moves pages 100..200 elsewhere.
         s.discarded(W + 10 * p, W + 20 * p);
         assert!(s.per_page && !s.holds(W + 15 * p) && s.holds(W + 20 * p) && s.holds(W));
-        s.remapped(W + 100 * p, 0x9000_0000, 100 * p);
+        s.remapped(W + 100 * p, 0x9000_0000, 100 * p, |_| true);
         assert!(!s.holds(W + 150 * p) && s.holds(0x9000_0000 + 50 * p));
         assert_eq!(s.first_home_from(W + 10 * p), Some(W + 20 * p));
         // An unrelated change leaves it alone.
@@ -510,7 +514,7 @@ mod tests {
         let mut s = out_at(W);
         s.discarded(W + SIZE, W + 2 * SIZE);
         s.discarded(W - SIZE, W);
-        s.remapped(W + SIZE, W + 4 * SIZE, SIZE);
+        s.remapped(W + SIZE, W + 4 * SIZE, SIZE, |_| true);
         assert!(!s.per_page && s.addr == W);
     }
 

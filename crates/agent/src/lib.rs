@@ -40,7 +40,9 @@
 //!   and the next scan of /proc/self/maps (a new mapping in a freed range is not registered
 //!   with us before that scan); a range the program discarded (MADV_DONTNEED, announced
 //!   before the pages go) is left alone for a second; the UNMAP of an mremap's old range
-//!   does not discard what another thread moved into that range meanwhile. Every saved page
+//!   does not discard what another thread moved into that range meanwhile, nor does a
+//!   REMAP that queued after such a move carry it off (vault::remap_slots); a read's events
+//!   are handled before its faults. Every saved page
 //!   is put back before fork (pthread_atfork; the forking thread keeps the lock until fork
 //!   returns, and meanwhile the fault thread resolves page faults without it, since a
 //!   thread holding a lock fork() needs may be stopped on one), and EAGAIN from the kernel
@@ -238,6 +240,8 @@ struct State {
     /// dropped until the next scan (the next tick).
     changes: u64,
     scanned_changes: u64,
+    /// The program's REMAP events handled so far (see vault::remap_slots).
+    remaps: u64,
     /// Old ranges of REMAP events whose UNMAP is still to come.
     remapped: [(u64, u64); REMAPPED],
     remapped_next: usize,
@@ -901,17 +905,25 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                 } else {
                     0
                 };
-                for m in &msgs[..count] {
-                    let done = if locked {
-                        handle(&mut *st, &view, m)
-                    } else {
-                        handle_during_fork(&*st, m)
-                    };
-                    if !done && ndeferred < deferred.len() {
-                        deferred[ndeferred] = *m;
-                        ndeferred += 1;
-                        if m.event != UFFD_EVENT_PAGEFAULT {
-                            MAPPING_EVENTS_WAITING.store(true, Ordering::Release);
+                // The program's mapping changes first, then the faults. A read returns every
+                // pending fault before any event, but a fault read beside an event may be
+                // about memory the event moved: its thread ran on after the change, or the
+                // event queued late (see vault::remap_slots) and the slots are not yet
+                // where the fault looks (one copied another mapping's page in its place).
+                for faults in [false, true] {
+                    let of_pass = |m: &&UffdMsg| (m.event == UFFD_EVENT_PAGEFAULT) == faults;
+                    for m in msgs[..count].iter().filter(of_pass) {
+                        let done = if locked {
+                            handle(&mut *st, &view, m)
+                        } else {
+                            handle_during_fork(&*st, m)
+                        };
+                        if !done && ndeferred < deferred.len() {
+                            deferred[ndeferred] = *m;
+                            ndeferred += 1;
+                            if m.event != UFFD_EVENT_PAGEFAULT {
+                                MAPPING_EVENTS_WAITING.store(true, Ordering::Release);
+                            }
                         }
                     }
                 }
@@ -920,16 +932,25 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                 }
             }
             let locked = lock_unless_forking();
+            // Here too the mapping changes first.
+            let mut done = [false; 4 * MSGS];
+            for faults in [false, true] {
+                for k in 0..ndeferred {
+                    let m = deferred[k];
+                    if (m.event == UFFD_EVENT_PAGEFAULT) == faults {
+                        done[k] = if locked {
+                            handle(&mut *st, &view, &m)
+                        } else {
+                            handle_during_fork(&*st, &m)
+                        };
+                    }
+                }
+            }
             let mut keep = 0;
             let mut mapping_waits = false;
             for k in 0..ndeferred {
-                let m = deferred[k];
-                let done = if locked {
-                    handle(&mut *st, &view, &m)
-                } else {
-                    handle_during_fork(&*st, &m)
-                };
-                if !done {
+                if !done[k] {
+                    let m = deferred[k];
                     deferred[keep] = m;
                     keep += 1;
                     mapping_waits |= m.event != UFFD_EVENT_PAGEFAULT;
@@ -1061,6 +1082,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             if home != 0 {
                 let slot = &mut st.saved[p.slot];
                 slot.addr = home;
+                slot.arrived = 0;
                 slot.since = monotonic_ns();
                 slot.vault_at = p.to;
             } else if p.home != 0 {
@@ -1071,12 +1093,11 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
         }
         UFFD_EVENT_REMAP => {
             st.pending.remapped(m.a0, m.a1, m.a2);
-            for x in st.saved.iter_mut() {
-                if x.addr != 0 && m.a0 <= x.addr && x.addr < m.a0 + m.a2 {
-                    x.addr = x.addr - m.a0 + m.a1;
-                }
-            }
-            st.huge.remapped(m.a0, m.a1, m.a2);
+            st.remaps += 1;
+            let (pagemap, page_size) = (st.pagemap, st.page);
+            let hole = |a: u64| hole_or_unknown(pagemap, page_size, a);
+            remap_slots(&mut st.saved, m.a0, m.a1, m.a2, st.remaps, hole);
+            st.huge.remapped(m.a0, m.a1, m.a2, hole);
             st.changes += 1;
             st.focus.forget(m.a0, m.a0 + m.a2);
             st.remapped[st.remapped_next] = (m.a0, m.a0 + m.a2);

@@ -13,6 +13,9 @@ pub(super) struct Saved {
     pub(crate) reserved: bool,
     /// The vault page the page itself was moved to.
     pub(crate) vault_at: u64,
+    /// The number of the program's REMAP that carried the slot to `addr` (0: taken out
+    /// there); see [`remap_slots`].
+    pub(crate) arrived: u64,
 }
 
 /// A drop by mremap in flight (rearm::drop_by_remap), from the move until the fault thread
@@ -259,6 +262,47 @@ pub(super) fn note_discard(st: &mut State, start: u64, end: u64) {
     st.discarded_next = (st.discarded_next + 1) % DISCARDED;
 }
 
+/// The program moved [src, src + len) to dst (its REMAP event, the `seq`th handled): the
+/// slots there follow, but not all of them. Events queue in the order the threads get to
+/// queue them after their changes, not in the order of the changes (see [`Pending`]): a
+/// thread that mremaps X away may queue its REMAP only after another thread has mapped X
+/// afresh and moved a mapping of its own onto it, whose REMAP, handled first, carried that
+/// mapping's slots into X. Those slots belong at X and must stay (one followed the first
+/// move and the other thread's next read of it got zeros; race2 in crates/cli/tests/
+/// agent_torture.c). A move carries a slot's hole with it, so a slot follows only where its
+/// new address has no page (`hole`: false when it has one); and where two slots share an
+/// address, the one that arrived there by the later REMAP stays.
+pub(super) fn remap_slots(
+    saved: &mut [Saved],
+    src: u64,
+    dst: u64,
+    len: u64,
+    seq: u64,
+    hole: impl Fn(u64) -> bool,
+) {
+    let inside = |a: u64| a != 0 && src <= a && a < src + len;
+    let mut follows = [false; SAVED];
+    for (i, x) in saved.iter().enumerate() {
+        let arrived_later_than_twin =
+            (saved.iter()).any(|y| y.addr == x.addr && y.arrived < x.arrived);
+        follows[i] = inside(x.addr) && !arrived_later_than_twin && hole(x.addr - src + dst);
+    }
+    for (x, _) in saved.iter_mut().zip(follows).filter(|(_, f)| *f) {
+        x.addr = x.addr - src + dst;
+        x.arrived = seq;
+    }
+}
+
+/// Whether `page` has no contents, or `pagemap` (the fd, -1: none) cannot tell: a REMAP
+/// then moves every slot in its range, as it did before remap_slots checked.
+pub(super) fn hole_or_unknown(pagemap: c_int, page_size: u64, page: u64) -> bool {
+    let mut entry: u64 = 0;
+    let off = (page / page_size * 8) as libc::off_t;
+    // SAFETY: reads 8 bytes into a local.
+    let read = unsafe { libc::pread(pagemap, &mut entry as *mut u64 as *mut c_void, 8, off) };
+    read != 8 || entry & (PM_PRESENT | PM_SWAPPED) == 0
+}
+
 /// Whether [start, end) is the old range of a REMAP handled earlier (forgets it then).
 pub(super) fn take_remapped(st: &mut State, start: u64, end: u64) -> bool {
     match st.remapped.iter().position(|&r| r == (start, end)) {
@@ -444,5 +488,47 @@ mod tests {
             slot.addr = 1;
         }
         assert_eq!(free_slot(&st), None);
+    }
+
+    #[test]
+    fn a_remap_handled_late_leaves_what_another_mapping_brought_into_its_old_range() {
+        let mut st = zeroed_state();
+        let (x, y, d, len) = (0x10_0000u64, 0x20_0000u64, 0x30_0000u64, 0x4_0000u64);
+        let p = PAGE as u64;
+        // Thread A's mapping at X has page 1 out; B's at Y has page 3 out. In the kernel A
+        // moved X to D first, then B moved Y onto X; B's REMAP was handled first.
+        st.saved[0].addr = x + p;
+        st.saved[1].addr = y + 3 * p;
+        remap_slots(&mut st.saved, y, x, len, 1, |_| true);
+        assert_eq!((st.saved[1].addr, st.saved[1].arrived), (x + 3 * p, 1));
+        // A's REMAP now: D + p is A's hole and follows; D + 3p holds A's page, so B's slot
+        // belongs at X still.
+        remap_slots(&mut st.saved, x, d, len, 2, |a| a != d + 3 * p);
+        assert_eq!((st.saved[0].addr, st.saved[0].arrived), (d + p, 2));
+        assert_eq!((st.saved[1].addr, st.saved[1].arrived), (x + 3 * p, 1));
+        // Moved on by B in order: its hole went along, and so does the slot.
+        remap_slots(&mut st.saved, x, y, len, 3, |_| true);
+        assert_eq!(st.saved[1].addr, y + 3 * p);
+        // Outside the range: untouched.
+        assert_eq!(st.saved[0].addr, d + p);
+    }
+
+    #[test]
+    fn of_two_slots_at_one_address_the_later_arrival_stays() {
+        let mut st = zeroed_state();
+        let (x, d, len) = (0x10_0000u64, 0x30_0000u64, 0x4_0000u64);
+        // A's page and B's (carried there by REMAP 5) both out at X: both new addresses are
+        // holes, so only the order of arrival tells which mapping each belongs to.
+        st.saved[3].addr = x;
+        st.saved[7].addr = x;
+        st.saved[7].arrived = 5;
+        remap_slots(&mut st.saved, x, d, len, 6, |_| true);
+        assert_eq!((st.saved[3].addr, st.saved[3].arrived), (d, 6));
+        assert_eq!((st.saved[7].addr, st.saved[7].arrived), (x, 5));
+    }
+
+    #[test]
+    fn without_pagemap_every_slot_follows_as_before() {
+        assert!(hole_or_unknown(-1, PAGE as u64, 0x1000));
     }
 }

@@ -535,6 +535,24 @@ fn agent_keeps_memory_intact_when_remapping_pages() {
     agent_keeps_memory_intact("remap", &[]);
 }
 
+/// Threads move their mappings about while the agent has pages of them out, so that the
+/// kernel queues a thread's REMAP after another thread has moved a mapping into the range it
+/// left (crates/cli/tests/mremap_race.c). Every page must stay with its own mapping. Before
+/// vault::remap_slots checked where a REMAP's holes went, the late REMAP carried the other
+/// mapping's pages off and its thread read zeros: 8 runs of 8 failed on the 2-core VM.
+#[test]
+fn agent_keeps_pages_with_their_mapping_when_remaps_queue_late() {
+    let d = tmp("mremap-race");
+    let floors = ["--rearm-floor", "10000", "--steady-floor", "10000"];
+    let (out, err) = detect_c_program_with(&d, "mremap_race", &floors, &["3"]);
+    assert!(out.contains("all checks held"), "{out}{err}");
+    let stats = &json_file(&d.join("m.json"))["stats"];
+    assert!(
+        stats["rearmed_private"].as_u64().unwrap_or(0) > 100,
+        "the agent took pages out: {stats}"
+    );
+}
+
 /// The agent skips most of a scan while the maps text stays the same; a mapping made after
 /// its first second (its only shared memory) must still be found and re-armed before the
 /// periodic whole scan (every 4 s) would find it.
