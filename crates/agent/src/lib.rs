@@ -41,8 +41,9 @@
 //!   with us before that scan); a range the program discarded (MADV_DONTNEED, announced
 //!   before the pages go) is left alone for a second; the UNMAP of an mremap's old range
 //!   does not discard what another thread moved into that range meanwhile, nor does a
-//!   REMAP that queued after such a move carry it off (vault::remap_slots); a read's events
-//!   are handled before its faults. Every saved page
+//!   REMAP that queued after such a move carry it off (vault::remap_slots), nor an UNMAP
+//!   that queued late discard it (vault::moved_in_after_unmap, orphaned_by_unmap); a read's
+//!   events are handled before its faults. Every saved page
 //!   is put back before fork (pthread_atfork; the forking thread keeps the lock until fork
 //!   returns, and meanwhile the fault thread resolves page faults without it, since a
 //!   thread holding a lock fork() needs may be stopped on one), and EAGAIN from the kernel
@@ -1010,7 +1011,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             }
             // Missing: a page we dropped (put its contents back: alone, or its whole huge
             // page) or one never touched.
-            let slot = st.saved.iter().position(|x| x.addr == page);
+            let slot = st.saved.iter().position(|x| x.addr == page && !x.orphan);
             let huge_slot = st.huge.holding(page);
             let done = match (slot, huge_slot) {
                 (Some(i), _) => restore(st, i),
@@ -1064,7 +1065,13 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             st.focus.forget(m.a0, m.a1);
             for i in 0..SAVED {
                 let a = st.saved[i].addr;
-                if a != 0 && m.a0 <= a && a < m.a1 {
+                let unmap = m.event == UFFD_EVENT_UNMAP;
+                if a == 0 || a < m.a0 || m.a1 <= a || (unmap && moved_in_after_unmap(st, i)) {
+                    continue;
+                }
+                if unmap && orphaned_by_unmap(st, i) {
+                    st.saved[i].orphan = true;
+                } else {
                     discard(st, i);
                 }
             }
@@ -1083,6 +1090,7 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
                 let slot = &mut st.saved[p.slot];
                 slot.addr = home;
                 slot.arrived = 0;
+                slot.orphan = false;
                 slot.since = monotonic_ns();
                 slot.vault_at = p.to;
             } else if p.home != 0 {

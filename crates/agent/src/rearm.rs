@@ -541,6 +541,7 @@ pub(super) unsafe fn drop_by_move(st: &mut State, view: &RingView, page: u64) {
     if uffd_ioctl(st.uffd, UFFDIO_MOVE, &mut mv as *mut _ as *mut c_void) == 0 {
         st.saved[i].addr = page;
         st.saved[i].arrived = 0;
+        st.saved[i].orphan = false;
         st.saved[i].since = monotonic_ns();
         st.saved[i].vault_at = dst;
         view.header()

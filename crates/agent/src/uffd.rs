@@ -12,6 +12,7 @@ pub(super) const UFFDIO_COPY: c_ulong = 0xc028_aa03;
 pub(super) const UFFDIO_ZEROPAGE: c_ulong = 0xc020_aa04;
 pub(super) const UFFDIO_MOVE: c_ulong = 0xc028_aa05;
 pub(super) const UFFDIO_MOVE_MODE_DONTWAKE: u64 = 1;
+pub(super) const UFFDIO_COPY_MODE_DONTWAKE: u64 = 1;
 pub(super) const UFFD_FEATURE_MOVE: u64 = 1 << 16;
 pub(super) const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
 pub(super) const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 2;

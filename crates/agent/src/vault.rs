@@ -16,6 +16,10 @@ pub(super) struct Saved {
     /// The number of the program's REMAP that carried the slot to `addr` (0: taken out
     /// there); see [`remap_slots`].
     pub(crate) arrived: u64,
+    /// Left behind by its mapping, whose REMAP is still to come: another mapping holds
+    /// `addr` now (see [`orphaned_by_unmap`]). Never put back there: a REMAP out of `addr`
+    /// may carry it to its mapping again; else it is dropped when it expires.
+    pub(crate) orphan: bool,
 }
 
 /// A drop by mremap in flight (rearm::drop_by_remap), from the move until the fault thread
@@ -96,6 +100,10 @@ impl Pending {
 /// (the program is changing its mappings; an event is pending): the slot is kept and the
 /// caller retries later, never spinning with the lock held.
 pub(super) unsafe fn restore(st: &mut State, i: usize) -> bool {
+    if st.saved[i].orphan {
+        discard(st, i);
+        return true;
+    }
     let (addr, src) = (st.saved[i].addr, st.saved[i].vault_at);
     // A copy, not a move back: moving would clear the vault's entry and flush the TLB. A
     // vault page with nothing in it (mremap moved a page the program had discarded, or never
@@ -221,6 +229,7 @@ pub(super) unsafe fn copy_back(st: &State, dst: u64, src: u64) -> bool {
 pub(super) fn discard(st: &mut State, i: usize) {
     st.saved[i].addr = 0;
     st.saved[i].vault_at = 0;
+    st.saved[i].orphan = false;
 }
 
 /// Makes a clean vault page ready at the cursor (re-arm thread, lock not held across the
@@ -290,6 +299,7 @@ pub(super) fn remap_slots(
     for (x, _) in saved.iter_mut().zip(follows).filter(|(_, f)| *f) {
         x.addr = x.addr - src + dst;
         x.arrived = seq;
+        x.orphan = false;
     }
 }
 
@@ -301,6 +311,57 @@ pub(super) fn hole_or_unknown(pagemap: c_int, page_size: u64, page: u64) -> bool
     // SAFETY: reads 8 bytes into a local.
     let read = unsafe { libc::pread(pagemap, &mut entry as *mut u64 as *mut c_void, 8, off) };
     read != 8 || entry & (PM_PRESENT | PM_SWAPPED) == 0
+}
+
+/// Whether slot `i`, in a range the program unmapped, belongs to a mapping moved there
+/// since, and must stay: it arrived by a REMAP and its address is a hole in memory
+/// registered with us there now. UNMAP events queue late as REMAPs do (see remap_slots): the old range's UNMAP
+/// of an mremap can come after another thread moved a mapping of its own into that range,
+/// and the UNMAP that an mremap onto that range raises first for the destination can take
+/// the old range's entry in `remapped` before it (take_remapped matches ranges only).
+/// Found with crates/cli/tests/mremap_race.c: its moving threads read zeros. (A mapping made
+/// there afresh is not registered with us yet, or its page there is no hole once touched.)
+pub(super) unsafe fn moved_in_after_unmap(st: &State, i: usize) -> bool {
+    let a = st.saved[i].addr;
+    st.saved[i].arrived != 0 && hole_or_unknown(st.pagemap, st.page, a) && registered_here(st, a)
+}
+
+/// Whether slot `i`, in a range the program unmapped, was left behind by its own mapping
+/// rather than unmapped with it: the range is registered memory again (a mapping moved in),
+/// so the UNMAP was that move's unmapping of its destination, and the mapping the slot
+/// belongs to moved away first, its REMAP still to come. An mremap with MREMAP_FIXED onto a
+/// registered range raises that UNMAP first, and its thread may be the quicker to queue
+/// (two such losses traced in mremap_race with the debug build). The slot becomes an orphan.
+pub(super) unsafe fn orphaned_by_unmap(st: &State, i: usize) -> bool {
+    registered_here(st, st.saved[i].addr)
+}
+
+/// An address no process maps (below vm.mmap_min_addr), for asking the kernel with a copy
+/// that cannot be made.
+const UNREADABLE: u64 = 0x1000;
+
+/// Whether `page` lies in memory registered with our userfaultfd now. Asked with a UFFDIO_COPY
+/// from an address that cannot be read, which changes nothing: the kernel answers EFAULT once
+/// it found the registered destination (a page there or not), ENOENT where there is none.
+/// While a mapping change is unread it answers EAGAIN first; then: whether anything is
+/// mapped there at all (mincore).
+unsafe fn registered_here(st: &State, page: u64) -> bool {
+    let mut c = UffdioCopy {
+        dst: page,
+        src: UNREADABLE,
+        len: PAGE as u64,
+        mode: UFFDIO_COPY_MODE_DONTWAKE,
+        copy: 0,
+    };
+    if uffd_ioctl(st.uffd, UFFDIO_COPY, &mut c as *mut _ as *mut c_void) == 0 {
+        return true;
+    }
+    let mut resident = 0u8;
+    match errno() {
+        libc::EFAULT => true,
+        libc::EAGAIN => libc::mincore(page as *mut c_void, PAGE, &mut resident) == 0,
+        _ => false,
+    }
 }
 
 /// Whether [start, end) is the old range of a REMAP handled earlier (forgets it then).
@@ -525,6 +586,103 @@ mod tests {
         remap_slots(&mut st.saved, x, d, len, 6, |_| true);
         assert_eq!((st.saved[3].addr, st.saved[3].arrived), (d, 6));
         assert_eq!((st.saved[7].addr, st.saved[7].arrived), (x, 5));
+    }
+
+    #[test]
+    fn an_unmap_keeps_only_slots_that_arrived_in_memory_registered_there_now() {
+        let mut st = zeroed_state();
+        st.page = PAGE as u64;
+        // SAFETY: plain system calls on memory of this test's own.
+        unsafe {
+            st.uffd =
+                libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) as c_int;
+            if st.uffd < 0 {
+                eprintln!(
+                    "skipped: no userfaultfd ({})",
+                    std::io::Error::last_os_error()
+                );
+                return;
+            }
+            let mut api = UffdioApi {
+                api: UFFD_API,
+                features: 0,
+                ioctls: 0,
+            };
+            assert_eq!(
+                uffd_ioctl(st.uffd, UFFDIO_API, &mut api as *mut _ as *mut c_void),
+                0
+            );
+            st.pagemap = libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY);
+            let prot = libc::PROT_READ | libc::PROT_WRITE;
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            let m = libc::mmap(std::ptr::null_mut(), 3 * PAGE, prot, flags, -1, 0);
+            assert_ne!(m, libc::MAP_FAILED);
+            let p = m as u64;
+            // The second page has contents; the first two are registered (a mapping moved
+            // in), the third is not (a mapping made afresh).
+            *(m as *mut u8).add(PAGE) = 1;
+            let mut reg = UffdioRegister {
+                range: UffdioRange {
+                    start: p,
+                    len: 2 * PAGE as u64,
+                },
+                mode: UFFDIO_REGISTER_MODE_MISSING,
+                ioctls: 0,
+            };
+            assert_eq!(
+                uffd_ioctl(st.uffd, UFFDIO_REGISTER, &mut reg as *mut _ as *mut c_void),
+                0
+            );
+            let slots = [
+                (p, 3),
+                (p, 0),
+                (p + PAGE as u64, 3),
+                (p + 2 * PAGE as u64, 3),
+            ];
+            for (i, (addr, arrived)) in slots.into_iter().enumerate() {
+                st.saved[i].addr = addr;
+                st.saved[i].arrived = arrived;
+            }
+            assert!(
+                moved_in_after_unmap(&st, 0),
+                "arrived, a hole in registered memory"
+            );
+            assert!(
+                !moved_in_after_unmap(&st, 1),
+                "taken out there: the unmapped mapping's"
+            );
+            assert!(!moved_in_after_unmap(&st, 2), "a page there: not its home");
+            assert!(
+                !moved_in_after_unmap(&st, 3),
+                "a mapping made afresh, not registered"
+            );
+            assert!(!in_memory(&st, p), "asking changed nothing");
+            // Not kept, yet registered memory is there again: the slot's own mapping left
+            // first (an orphan); where nothing registered is, the page went with its mapping.
+            assert!(orphaned_by_unmap(&st, 2));
+            assert!(!orphaned_by_unmap(&st, 3));
+            libc::munmap(m, 3 * PAGE);
+            assert!(!moved_in_after_unmap(&st, 0), "nothing mapped there now");
+            libc::close(st.uffd);
+            libc::close(st.pagemap);
+        }
+    }
+
+    #[test]
+    fn an_orphan_is_never_put_back_where_it_was_left_but_follows_its_mappings_remap() {
+        let mut st = zeroed_state();
+        let (x, d, len) = (0x10_0000u64, 0x30_0000u64, 0x4_0000u64);
+        st.saved[0].addr = x;
+        st.saved[0].orphan = true;
+        st.saved[1].addr = x + PAGE as u64;
+        st.saved[1].orphan = true;
+        // Its mapping's REMAP comes: it follows into its hole and is a slot like any other.
+        remap_slots(&mut st.saved, x, d, len, 1, |a| a == d);
+        assert_eq!((st.saved[0].addr, st.saved[0].orphan), (d, false));
+        // Expired where it was left: dropped, nothing copied (no userfaultfd here).
+        // SAFETY: restore of an orphan makes no system call.
+        assert!(unsafe { restore(&mut st, 1) });
+        assert_eq!((st.saved[1].addr, st.saved[1].orphan), (0, false));
     }
 
     #[test]
