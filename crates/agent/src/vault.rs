@@ -276,9 +276,9 @@ pub(super) fn note_discard(st: &mut State, start: u64, end: u64) {
 /// queue them after their changes, not in the order of the changes (see [`Pending`]): a
 /// thread that mremaps X away may queue its REMAP only after another thread has mapped X
 /// afresh and moved a mapping of its own onto it, whose REMAP, handled first, carried that
-/// mapping's slots into X. Those slots belong at X and must stay (one followed the first
-/// move and the other thread's next read of it got zeros; race2 in crates/cli/tests/
-/// agent_torture.c). A move carries a slot's hole with it, so a slot follows only where its
+/// mapping's slots into X. Those slots belong at X and must stay (they followed the first
+/// move, and the other thread's next read of them got zeros: crates/cli/tests/
+/// mremap_race.c). A move carries a slot's hole with it, so a slot follows only where its
 /// new address has no page (`hole`: false when it has one); and where two slots share an
 /// address, the one that arrived there by the later REMAP stays.
 pub(super) fn remap_slots(
