@@ -292,9 +292,10 @@ pub(super) fn remap_slots(
     let inside = |a: u64| a != 0 && src <= a && a < src + len;
     let mut follows = [false; SAVED];
     for (i, x) in saved.iter().enumerate() {
+        // Only for slots in the range: the scan of all slots for a twin, and pagemap.
         let arrived_later_than_twin =
-            (saved.iter()).any(|y| y.addr == x.addr && y.arrived < x.arrived);
-        follows[i] = inside(x.addr) && !arrived_later_than_twin && hole(x.addr - src + dst);
+            || (saved.iter()).any(|y| y.addr == x.addr && y.arrived < x.arrived);
+        follows[i] = inside(x.addr) && !arrived_later_than_twin() && hole(x.addr - src + dst);
     }
     for (x, _) in saved.iter_mut().zip(follows).filter(|(_, f)| *f) {
         x.addr = x.addr - src + dst;
