@@ -919,12 +919,17 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                         } else {
                             handle_during_fork(&*st, m)
                         };
-                        if !done && ndeferred < deferred.len() {
+                        if done {
+                            continue;
+                        }
+                        if ndeferred < deferred.len() {
                             deferred[ndeferred] = *m;
                             ndeferred += 1;
                             if m.event != UFFD_EVENT_PAGEFAULT {
                                 MAPPING_EVENTS_WAITING.store(true, Ordering::Release);
                             }
+                        } else {
+                            no_room_to_defer(&*st, &view, m);
                         }
                     }
                 }
@@ -970,6 +975,23 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                     .store(thread_cpu_ns(), Ordering::Relaxed);
             }
         }
+    }
+}
+
+/// A message that must wait when the deferred list is full (more threads faulting while a
+/// mapping change is pending than it holds, or events while a fork holds the lock). A
+/// fault's thread is woken to fault again, which queues its message anew (dropped, it
+/// would wait for good). An event cannot be asked again: counted as an error (during a
+/// fork no page is out, and the next scan of the maps sees the change).
+unsafe fn no_room_to_defer(st: &State, view: &RingView, m: &UffdMsg) {
+    if m.event == UFFD_EVENT_PAGEFAULT {
+        let mut rg = UffdioRange {
+            start: m.a1 & !(st.page - 1),
+            len: st.page,
+        };
+        uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
+    } else {
+        view.header().errors.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -101,6 +101,11 @@ impl Pending {
 /// caller retries later, never spinning with the lock held.
 pub(super) unsafe fn restore(st: &mut State, i: usize) -> bool {
     if st.saved[i].orphan {
+        // Its mapping's REMAP may be the change still unread: kept for it (before a fork,
+        // at expiry, when its vault chunk is freed), else dropped.
+        if change_unread(st, st.saved[i].addr) {
+            return false;
+        }
         discard(st, i);
         return true;
     }
@@ -347,6 +352,26 @@ const UNREADABLE: u64 = 0x1000;
 /// While a mapping change is unread it answers EAGAIN first; then: whether anything is
 /// mapped there at all (mincore).
 unsafe fn registered_here(st: &State, page: u64) -> bool {
+    let mut resident = 0u8;
+    match copy_probe(st, page) {
+        0 | libc::EFAULT => true,
+        libc::EAGAIN => libc::mincore(page as *mut c_void, PAGE, &mut resident) == 0,
+        _ => false,
+    }
+}
+
+/// Whether a mapping change of the program is unread: the kernel answers a copy with EAGAIN
+/// until its event is read. Asked at `page` and, where it is registered, at the vault, which
+/// stays mapped (at an unmapped `page` the kernel answers ENOENT first).
+unsafe fn change_unread(st: &State, page: u64) -> bool {
+    let vault_registered = UFFD_CAN_MOVE.load(Ordering::Relaxed) && st.vault != 0;
+    copy_probe(st, page) == libc::EAGAIN
+        || (vault_registered && copy_probe(st, st.vault) == libc::EAGAIN)
+}
+
+/// A UFFDIO_COPY to `page` from an address that cannot be read, which changes nothing: 0
+/// (never seen), or the kernel's errno (see registered_here).
+unsafe fn copy_probe(st: &State, page: u64) -> i32 {
     let mut c = UffdioCopy {
         dst: page,
         src: UNREADABLE,
@@ -354,14 +379,9 @@ unsafe fn registered_here(st: &State, page: u64) -> bool {
         mode: UFFDIO_COPY_MODE_DONTWAKE,
         copy: 0,
     };
-    if uffd_ioctl(st.uffd, UFFDIO_COPY, &mut c as *mut _ as *mut c_void) == 0 {
-        return true;
-    }
-    let mut resident = 0u8;
-    match errno() {
-        libc::EFAULT => true,
-        libc::EAGAIN => libc::mincore(page as *mut c_void, PAGE, &mut resident) == 0,
-        _ => false,
+    match uffd_ioctl(st.uffd, UFFDIO_COPY, &mut c as *mut _ as *mut c_void) {
+        0 => 0,
+        _ => errno(),
     }
 }
 
@@ -595,24 +615,8 @@ mod tests {
         st.page = PAGE as u64;
         // SAFETY: plain system calls on memory of this test's own.
         unsafe {
-            st.uffd =
-                libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) as c_int;
-            if st.uffd < 0 {
-                eprintln!(
-                    "skipped: no userfaultfd ({})",
-                    std::io::Error::last_os_error()
-                );
-                return;
-            }
-            let mut api = UffdioApi {
-                api: UFFD_API,
-                features: 0,
-                ioctls: 0,
-            };
-            assert_eq!(
-                uffd_ioctl(st.uffd, UFFDIO_API, &mut api as *mut _ as *mut c_void),
-                0
-            );
+            let Some(fd) = test_uffd(0) else { return };
+            st.uffd = fd;
             st.pagemap = libc::open(c"/proc/self/pagemap".as_ptr(), libc::O_RDONLY);
             let prot = libc::PROT_READ | libc::PROT_WRITE;
             let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
@@ -680,10 +684,101 @@ mod tests {
         // Its mapping's REMAP comes: it follows into its hole and is a slot like any other.
         remap_slots(&mut st.saved, x, d, len, 1, |a| a == d);
         assert_eq!((st.saved[0].addr, st.saved[0].orphan), (d, false));
-        // Expired where it was left: dropped, nothing copied (no userfaultfd here).
-        // SAFETY: restore of an orphan makes no system call.
+        // Expired where it was left, no change unread (no userfaultfd here): dropped.
+        st.uffd = -1;
+        // SAFETY: restore of an orphan asks the kernel only (EBADF here).
         assert!(unsafe { restore(&mut st, 1) });
         assert_eq!((st.saved[1].addr, st.saved[1].orphan), (0, false));
+    }
+
+    /// A userfaultfd with `features` (the test is skipped without one).
+    unsafe fn test_uffd(features: u64) -> Option<c_int> {
+        let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) as c_int;
+        if fd < 0 {
+            eprintln!(
+                "skipped: no userfaultfd ({})",
+                std::io::Error::last_os_error()
+            );
+            return None;
+        }
+        let mut api = UffdioApi {
+            api: UFFD_API,
+            features,
+            ioctls: 0,
+        };
+        assert_eq!(
+            uffd_ioctl(fd, UFFDIO_API, &mut api as *mut _ as *mut c_void),
+            0
+        );
+        Some(fd)
+    }
+
+    /// Registers [start, start + len) in missing mode.
+    unsafe fn register(fd: c_int, start: u64, len: u64) {
+        let mut reg = UffdioRegister {
+            range: UffdioRange { start, len },
+            mode: UFFDIO_REGISTER_MODE_MISSING,
+            ioctls: 0,
+        };
+        assert_eq!(
+            uffd_ioctl(fd, UFFDIO_REGISTER, &mut reg as *mut _ as *mut c_void),
+            0
+        );
+    }
+
+    #[test]
+    fn an_orphan_waits_while_a_mapping_change_is_unread() {
+        let mut st = zeroed_state();
+        st.page = PAGE as u64;
+        // SAFETY: plain system calls on memory of this test's own; the thread's mremap
+        // returns once its event is read below, before any assertion.
+        unsafe {
+            let Some(fd) = test_uffd(UFFD_FEATURE_EVENT_REMAP) else {
+                return;
+            };
+            st.uffd = fd;
+            let prot = libc::PROT_READ | libc::PROT_WRITE;
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            let map = || libc::mmap(std::ptr::null_mut(), PAGE, prot, flags, -1, 0) as u64;
+            // The orphan's address, in the mapping that moved in; the mapping that moves
+            // away now (its REMAP raised, unread until read below); where it goes.
+            let (here, moving, to) = (map(), map(), map());
+            register(fd, here, PAGE as u64);
+            register(fd, moving, PAGE as u64);
+            st.saved[0].addr = here;
+            st.saved[0].orphan = true;
+            let mover = std::thread::spawn(move || {
+                let fixed = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+                libc::mremap(moving as *mut c_void, PAGE, PAGE, fixed, to as *mut c_void) as u64
+            });
+            let asked_at = monotonic_ns();
+            while !change_unread(&st, here) && monotonic_ns() - asked_at < 5_000_000_000 {
+                std::thread::yield_now();
+            }
+            let kept = !restore(&mut st, 0) && st.saved[0].addr == here;
+            let mut msg = std::mem::zeroed::<UffdMsg>();
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            libc::poll(&mut pfd, 1, 5000);
+            let n = libc::read(
+                fd,
+                &mut msg as *mut _ as *mut c_void,
+                std::mem::size_of::<UffdMsg>(),
+            );
+            assert_eq!(mover.join().unwrap(), to);
+            assert!(n > 0 && msg.event == UFFD_EVENT_REMAP, "the move's event");
+            assert!(kept, "kept while the REMAP was unread");
+            // Read: the next try drops it.
+            assert!(!change_unread(&st, here));
+            assert!(restore(&mut st, 0));
+            assert_eq!((st.saved[0].addr, st.saved[0].orphan), (0, false));
+            libc::munmap(here as *mut c_void, PAGE);
+            libc::munmap(to as *mut c_void, PAGE);
+            libc::close(fd);
+        }
     }
 
     #[test]
