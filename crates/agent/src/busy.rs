@@ -13,34 +13,45 @@ use libc::c_int;
 pub use agent_abi::busy::{Threads, CHECK_NS, TRACKED};
 
 /// Fills `out` with (tid, CPU time in ns) of this process's threads and returns how many:
-/// the tids from `dir` (/proc/self/task, opened at start and read again from offset 0), each
-/// thread's CPU time from its CPU clock. No allocation, no new descriptor.
+/// the tids from `dir` (see for_each_tid), each thread's CPU time from its CPU clock.
 ///
 /// # Safety
 /// `dir` is a descriptor of /proc/self/task (or -1: none).
 pub unsafe fn sample(dir: c_int, out: &mut [(u32, u64)]) -> usize {
+    let mut n = 0;
+    for_each_tid(dir, |tid| {
+        if n < out.len() {
+            out[n] = (tid, thread_cpu_ns(tid));
+            n += 1;
+        }
+    });
+    n
+}
+
+/// Calls `f` with each thread id of this process: the entries of `dir` (/proc/self/task,
+/// opened at start and read again from offset 0). No allocation, no new descriptor.
+///
+/// # Safety
+/// `dir` is a descriptor of /proc/self/task (or -1: none).
+pub unsafe fn for_each_tid(dir: c_int, mut f: impl FnMut(u32)) {
     if dir < 0 || libc::lseek(dir, 0, libc::SEEK_SET) < 0 {
-        return 0;
+        return;
     }
     let mut buf = [0u8; 4096];
-    let mut n = 0;
     loop {
         let len = libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len());
         if len <= 0 {
-            return n;
+            return;
         }
         let mut off = 0usize;
         while off + 19 < len as usize {
             // struct linux_dirent64: ino u64, off i64, reclen u16, type u8, name (NUL-ended).
             let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
             if reclen == 0 {
-                return n;
+                return;
             }
             if let Some(tid) = parse_tid(&buf[off + 19..(off + reclen).min(len as usize)]) {
-                if n < out.len() {
-                    out[n] = (tid, thread_cpu_ns(tid));
-                    n += 1;
-                }
+                f(tid);
             }
             off += reclen;
         }

@@ -107,6 +107,7 @@ mod focus;
 mod huge;
 mod maps;
 mod rearm;
+mod robust;
 mod thp;
 mod uffd;
 mod vault;
@@ -254,11 +255,14 @@ struct State {
     /// Pages the detector found apart that the focus table was told of (see
     /// agent_abi::ring::Header::apart_pages).
     apart_read: u64,
-    /// Re-arm only while two threads or more are busy (see the busy module); /proc/self/task
-    /// for that (-1: not in that mode), and the threads' CPU times.
+    /// Re-arm only while two threads or more are busy (see the busy module), and the
+    /// threads' CPU times.
     threads_only: bool,
-    task_dir: c_int,
     threads: busy::Threads,
+    /// /proc/self/task, for the busy module and the robust module (-1: none).
+    task_dir: c_int,
+    /// Pages the kernel reads at execve, never taken out (see the robust module).
+    exec_pages: robust::ExecPages,
     /// Whole passes of scan_maps so far.
     scans: u64,
     /// Mappings left to the kernel's huge pages until filled (see the thp module).
@@ -457,6 +461,9 @@ extern "C" fn after_fork_child() {
             if (*old).maps >= 0 {
                 libc::close((*old).maps);
             }
+            if (*old).task_dir >= 0 {
+                libc::close((*old).task_dir);
+            }
             if (*old).thp.smaps >= 0 {
                 libc::close((*old).thp.smaps);
             }
@@ -511,11 +518,7 @@ fn start() {
         (*st).interval_ms = env_f64(agent_env::INTERVAL_MS, 10.0).clamp(1.0, 10_000.0) as i32;
         (*st).private = std::env::var(agent_env::PRIVATE).map_or(true, |v| v != "0");
         (*st).threads_only = std::env::var(agent_env::THREADS_ONLY).is_ok_and(|v| v == "1");
-        (*st).task_dir = if (*st).threads_only {
-            open_high(c"/proc/self/task")
-        } else {
-            -1
-        };
+        (*st).task_dir = open_high(c"/proc/self/task");
         (*st).rng = (libc::getpid() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         (*st).excluded[0] = (p as u64, p as u64 + size as u64);
         (*st).ring = open_ring(&dir);

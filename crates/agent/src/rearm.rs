@@ -57,6 +57,9 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
                 if scan_maps(st, &view, whole) {
                     (last_full, last_index, indexed_touches) = (now, now, touches);
                 }
+                // After the maps were read: a thread whose stack the scan registered is
+                // seen. Every scan: threads come and go without changing the maps text.
+                robust::collect(st);
             }
             if !idle && touches != indexed_touches && now - last_index >= SCAN_NS {
                 last_index = now;

@@ -553,6 +553,26 @@ fn agent_keeps_pages_with_their_mapping_when_remaps_queue_late() {
     );
 }
 
+/// Fork children that exec while their own agent re-arms (crates/cli/tests/exec_child.c):
+/// execve reads the thread's robust futex list head after ending the agent's helpers, so
+/// that page must never be out. Before the robust module, the first child of every run hung
+/// in execve (3 of 3 runs; the torture's fork-and-exec case met it in 3 of 480 runs).
+#[test]
+fn fork_children_exec_while_their_agent_rearms() {
+    let d = tmp("exec-child");
+    let floors = ["--rearm-floor", "10000", "--steady-floor", "10000"];
+    let (out, err) = detect_c_program_with(&d, "exec_child", &floors, &["8"]);
+    assert!(
+        out.contains("8 children exec'd and exited, 0 with their descriptor's page out"),
+        "{out}{err}"
+    );
+    let stats = &json_file(&d.join("m.json"))["stats"];
+    assert!(
+        stats["rearmed_private"].as_u64().unwrap_or(0) > 0,
+        "the agents took pages out: {stats}"
+    );
+}
+
 /// The agent skips most of a scan while the maps text stays the same; a mapping made after
 /// its first second (its only shared memory) must still be found and re-armed before the
 /// periodic whole scan (every 4 s) would find it.

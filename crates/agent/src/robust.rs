@@ -1,0 +1,162 @@
+//! Pages the kernel reads from a thread's memory when the thread calls execve: its robust
+//! futex list head (set_robust_list; glibc keeps it in the thread's descriptor, beside the
+//! TID word the kernel may clear then). By then execve has ended every other thread, the
+//! agent's helpers too, so a fault there waits for good: agent_torture's fork children hung
+//! in execve (futex_exit_release reading the list head from a page their own agent had
+//! taken out; crates/cli/tests/exec_child.c). Those pages are never taken out.
+
+use super::*;
+
+/// Pages kept: two a thread (the head and the TID word may lie on either side of a page
+/// boundary).
+pub(super) const EXEC_PAGES: usize = 2048;
+/// Bytes before the head that the kernel may touch at exec (glibc's TID word) and the size
+/// of struct robust_list_head.
+const BEFORE_HEAD: u64 = 32;
+const HEAD_LEN: u64 = 24;
+
+/// The pages to keep in place. They stay once found: a thread's stack (and descriptor) is
+/// reused by the next thread glibc starts, at the same address.
+#[derive(Clone, Copy)]
+pub(super) struct ExecPages {
+    pages: [u64; EXEC_PAGES],
+    n: usize,
+    /// More pages than fit: no private page is taken out until they fit again.
+    full: bool,
+}
+
+impl ExecPages {
+    /// Keeps the pages of a robust list head at `head` (0: the thread set none).
+    fn add_head(&mut self, head: u64, page_size: u64) {
+        if head == 0 {
+            return;
+        }
+        let first = head.saturating_sub(BEFORE_HEAD) & !(page_size - 1);
+        let last = (head + HEAD_LEN - 1) & !(page_size - 1);
+        for page in [first, last] {
+            if self.pages[..self.n].contains(&page) {
+                continue;
+            }
+            if self.n == EXEC_PAGES {
+                self.full = true;
+                return;
+            }
+            self.pages[self.n] = page;
+            self.n += 1;
+        }
+    }
+
+    /// Whether [start, end) holds a page to keep (or they did not all fit).
+    pub(super) fn meets(&self, start: u64, end: u64) -> bool {
+        self.full || self.pages[..self.n].iter().any(|&p| start <= p && p < end)
+    }
+
+    fn holds(&self, page: u64) -> bool {
+        self.pages[..self.n].contains(&page)
+    }
+}
+
+/// Adds the robust list heads of every thread of this process (st.task_dir) to
+/// st.exec_pages, starting afresh when they do not fit, and puts back any of their pages
+/// that is out (taken before its thread was seen). No allocation: runs in the re-arm thread.
+pub(super) unsafe fn collect(st: &mut State) {
+    for fresh in [false, true] {
+        if fresh {
+            if !st.exec_pages.full {
+                break;
+            }
+            st.exec_pages.n = 0;
+            st.exec_pages.full = false;
+        }
+        let page_size = st.page;
+        let pages = &mut st.exec_pages;
+        busy::for_each_tid(st.task_dir, |tid| {
+            pages.add_head(robust_head(tid), page_size)
+        });
+    }
+    lock();
+    for i in 0..SAVED {
+        if st.saved[i].addr != 0 && st.exec_pages.holds(st.saved[i].addr) {
+            restore(st, i);
+        }
+    }
+    for k in 0..st.exec_pages.n {
+        if let Some(i) = st.huge.holding(st.exec_pages.pages[k]) {
+            huge::restore_window(st, i);
+        }
+    }
+    unlock();
+}
+
+/// Thread `tid`'s robust list head (0: none, or the kernel would not say).
+unsafe fn robust_head(tid: u32) -> u64 {
+    let mut head: *mut c_void = std::ptr::null_mut();
+    let mut len: libc::size_t = 0;
+    let r = libc::syscall(
+        libc::SYS_get_robust_list,
+        tid as libc::c_long,
+        &mut head as *mut *mut c_void,
+        &mut len as *mut libc::size_t,
+    );
+    if r == 0 {
+        head as u64
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_keeps_its_page_and_the_one_before_where_it_straddles() {
+        let mut st = zeroed_state();
+        let page = PAGE as u64;
+        st.exec_pages.add_head(0x7000_0000 + 0x9e0, page);
+        assert!(st.exec_pages.meets(0x7000_0000, 0x7000_1000));
+        assert!(!st.exec_pages.meets(0x7000_1000, 0x7000_2000));
+        // The TID word before a head at the start of a page is on the page before.
+        st.exec_pages.add_head(0x7100_0008, page);
+        assert!(st.exec_pages.meets(0x70ff_f000, 0x7100_0000));
+        assert!(st.exec_pages.meets(0x7100_0000, 0x7100_1000));
+        // Found again: kept once.
+        st.exec_pages.add_head(0x7000_0000 + 0x9e0, page);
+        assert_eq!(st.exec_pages.n, 3);
+        assert!(!st.exec_pages.meets(0x7200_0000, 0x7300_0000));
+        st.exec_pages.add_head(0, page);
+        assert_eq!(st.exec_pages.n, 3);
+    }
+
+    #[test]
+    fn more_heads_than_fit_stop_every_private_drop() {
+        let mut st = zeroed_state();
+        let page = PAGE as u64;
+        for k in 0..EXEC_PAGES as u64 + 1 {
+            st.exec_pages
+                .add_head(0x1000_0000 + k * 2 * page + 0x800, page);
+        }
+        assert!(st.exec_pages.full);
+        assert!(st.exec_pages.meets(0x9000_0000, 0x9000_1000));
+    }
+
+    #[test]
+    fn this_threads_head_is_found() {
+        let mut st = zeroed_state();
+        st.page = PAGE as u64;
+        // SAFETY: our own /proc/self/task, closed below.
+        unsafe {
+            st.task_dir = libc::open(
+                c"/proc/self/task".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            );
+            assert!(st.task_dir >= 0);
+            let head = robust_head(libc::gettid() as u32);
+            assert_ne!(head, 0, "glibc sets a robust list head for every thread");
+            collect(&mut st);
+            let page = head & !(PAGE as u64 - 1);
+            assert!(st.exec_pages.meets(page, page + PAGE as u64));
+            libc::close(st.task_dir);
+        }
+    }
+}
