@@ -1,41 +1,46 @@
-/* Fork children that exec while their own agent has pages out. At execve the kernel reads
- * the exec'ing thread's robust futex list head (glibc keeps it in the thread's descriptor,
- * at the top of its stack mapping) after it has ended every other thread, the child's agent
- * helpers too. Each child of a second thread moves its stack 64 KiB down and watches its
- * descriptor's page in /proc/self/pagemap, for up to 0.3 s, without touching it (raw
- * system calls only: glibc's wrappers read the descriptor); once the page is not present
- * (its agent took it out), or the time is over, it calls execve. A child that has not
- * exited within 10 s hung in execve: it is killed and the program fails.
+/* Threads and fork children that end while their agent has pages out. When a thread execs,
+ * the kernel reads its robust futex list head after it has ended every other thread, the
+ * agent's helpers too; when a thread exits, the kernel clears its TID word (what
+ * pthread_join waits on) and will not wait for a fault then. glibc keeps both in the
+ * thread's descriptor, at the top of its stack mapping. Each thread here moves its stack
+ * 64 KiB down and watches its descriptor's page in /proc/self/pagemap, for up to 0.3 s,
+ * without touching it (raw system calls only: glibc's wrappers read the descriptor); once
+ * the page is not present (its agent took it out), or the time is over, it ends:
+ *   exec (default): fork children of a second thread call execve(/bin/true);
+ *   exit:           threads call exit(2) and the main thread joins them.
+ * A child or thread not ended within 10 s hung: the program says so and fails.
  *
- * Usage: exec_child [CHILDREN]   Exit status 0 when every child exited 0; prints how many
- * children exec'd with the page out.
+ * Usage: exec_child [COUNT [exec|exit]]   Exit status 0 when all ended; prints how many saw
+ * their descriptor's page out first.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <fcntl.h>
-#include <stdint.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "now.h"
 
-static int children = 8;
+static int count = 8;
 static int failed;
 
 static char *const true_argv[] = {"true", NULL};
 static char *const no_env[] = {NULL};
-/* Children that saw their descriptor's page out before exec (each tells through a pipe). */
-static int exec_with_page_out;
+/* Each child or thread tells through this pipe whether it saw its page out ('o') or not. */
 static int tell[2];
+static int ended_with_page_out;
 
-/* The child's part, on a stack 64 KiB below the descriptor: no stack guard, no TLS, no
- * wrapper that reads the descriptor (syscall() touches errno only on failure). */
-__attribute__((noinline, optimize("no-stack-protector"))) static void watch_then_exec(uint64_t head) {
+/* Watches the page of `head` until it is not present or 0.3 s are over, and tells which.
+ * On a stack 64 KiB below the descriptor: no stack guard, no TLS, no wrapper that reads
+ * the descriptor (syscall() touches errno only on failure). */
+__attribute__((noinline, optimize("no-stack-protector"))) static void watch(uint64_t head) {
     char below[64 << 10];
     below[0] = 0;
     __asm__ volatile("" : : "r"(below) : "memory"); /* the frame stays */
@@ -47,20 +52,36 @@ __attribute__((noinline, optimize("no-stack-protector"))) static void watch_then
         long off = (long)(head / 4096 * 8);
         out = syscall(SYS_pread64, fd, &entry, 8, off) == 8 && !(entry >> 63);
     }
+    syscall(SYS_close, fd);
     syscall(SYS_write, tell[1], out ? "o" : "i", 1);
+}
+
+static uint64_t my_robust_head(void) {
+    void *head = NULL;
+    size_t len = 0;
+    syscall(SYS_get_robust_list, 0, &head, &len);
+    return (uint64_t)(uintptr_t)head;
+}
+
+static void count_told(void) {
+    char told = 0;
+    if (read(tell[0], &told, 1) == 1 && told == 'o')
+        ended_with_page_out++;
+}
+
+__attribute__((noinline, optimize("no-stack-protector"))) static void watch_then_exec(uint64_t head) {
+    watch(head);
     syscall(SYS_execve, "/bin/true", true_argv, no_env);
     syscall(SYS_exit_group, 3);
 }
 
 static void *forker(void *arg) {
     (void)arg;
-    for (int k = 0; k < children && !failed; k++) {
-        void *head = NULL;
-        size_t len = 0;
-        syscall(SYS_get_robust_list, 0, &head, &len);
+    for (int k = 0; k < count && !failed; k++) {
+        uint64_t head = my_robust_head();
         pid_t c = fork();
         if (c == 0)
-            watch_then_exec((uint64_t)(uintptr_t)head);
+            watch_then_exec(head);
         if (c < 0) {
             perror("fork");
             exit(2);
@@ -69,8 +90,7 @@ static void *forker(void *arg) {
         double deadline = now() + 10;
         while (waitpid(c, &status, WNOHANG) == 0) {
             if (now() > deadline) {
-                fprintf(stderr, "exec_child: child %d of %d hung in execve; killed\n", k + 1,
-                        children);
+                fprintf(stderr, "exec_child: child %d of %d hung in execve; killed\n", k + 1, count);
                 kill(c, SIGKILL);
                 waitpid(c, &status, 0);
                 failed = 1;
@@ -78,11 +98,9 @@ static void *forker(void *arg) {
             }
             usleep(10000);
         }
-        char told = 0;
-        if (read(tell[0], &told, 1) == 1 && told == 'o')
-            exec_with_page_out++;
+        count_told();
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            fprintf(stderr, "exec_child: child %d of %d ended with status %#x\n", k + 1, children,
+            fprintf(stderr, "exec_child: child %d of %d ended with status %#x\n", k + 1, count,
                     status);
             failed = 1;
         }
@@ -90,23 +108,51 @@ static void *forker(void *arg) {
     return NULL;
 }
 
+__attribute__((noinline, optimize("no-stack-protector"))) static void *watch_then_exit(void *arg) {
+    (void)arg;
+    watch(my_robust_head());
+    syscall(SYS_exit, 0);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1)
-        children = atoi(argv[1]);
-    /* Forked from a second thread: its descriptor lives in a stack mapping the agent may
-     * take pages out of (the main thread's does too, but where depends on the loader). */
+        count = atoi(argv[1]);
+    int exit_mode = argc > 2 && strcmp(argv[2], "exit") == 0;
     if (pipe2(tell, O_CLOEXEC | O_NONBLOCK) != 0) {
         perror("pipe2");
         return 2;
     }
-    pthread_t t;
-    if (pthread_create(&t, NULL, forker, NULL) != 0) {
-        perror("pthread_create");
-        return 2;
+    if (exit_mode) {
+        for (int k = 0; k < count && !failed; k++) {
+            pthread_t t;
+            if (pthread_create(&t, NULL, watch_then_exit, NULL) != 0) {
+                perror("pthread_create");
+                return 2;
+            }
+            struct timespec deadline;
+            clock_gettime(CLOCK_REALTIME, &deadline);
+            deadline.tv_sec += 10;
+            if (pthread_timedjoin_np(t, NULL, &deadline) != 0) {
+                fprintf(stderr, "exec_child: thread %d of %d never seen ended (its TID word "
+                                "stayed set)\n", k + 1, count);
+                failed = 1;
+            }
+            count_told();
+        }
+    } else {
+        /* Forked from a second thread: its descriptor lives in a stack mapping the agent
+         * may take pages out of (the main thread's does too, but where depends on the
+         * loader). */
+        pthread_t t;
+        if (pthread_create(&t, NULL, forker, NULL) != 0) {
+            perror("pthread_create");
+            return 2;
+        }
+        pthread_join(t, NULL);
     }
-    pthread_join(t, NULL);
     if (!failed)
-        printf("exec_child: %d children exec'd and exited, %d with their descriptor's page out\n",
-               children, exec_with_page_out);
+        printf("exec_child: %d %s ended, %d with their descriptor's page out\n", count,
+               exit_mode ? "threads" : "children", ended_with_page_out);
     return failed;
 }
