@@ -12,6 +12,7 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
         let mut period = st.interval_ms as u64 * 1_000_000;
         let started = monotonic_ns();
         let (mut last, mut last_scan, mut last_index, mut last_full) = (started, 0, 0, 0);
+        let mut last_robust = 0;
         let mut indexed_touches = 0;
         loop {
             let ts = libc::timespec {
@@ -54,12 +55,17 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
                 last_scan = now;
                 // Mappings waiting for huge pages are looked at again at every scan.
                 let whole = changed || now - last_full >= INDEX_MAX_AGE_NS || st.thp.any_waiting();
-                if scan_maps(st, &view, whole) {
+                let whole_pass = scan_maps(st, &view, whole);
+                if whole_pass {
                     (last_full, last_index, indexed_touches) = (now, now, touches);
                 }
-                // After the maps were read: a thread whose stack the scan registered is
-                // seen. Every scan: threads come and go without changing the maps text.
-                robust::collect(st);
+                // After the maps were read, so that a thread whose new stack the scan
+                // registered is seen; also every SCAN_NS, as threads come and go without
+                // changing the maps text (glibc reuses their stacks).
+                if whole_pass || now - last_robust >= SCAN_NS {
+                    last_robust = now;
+                    robust::collect(st);
+                }
             }
             if !idle && touches != indexed_touches && now - last_index >= SCAN_NS {
                 last_index = now;
