@@ -557,7 +557,7 @@ fn agent_keeps_pages_with_their_mapping_when_remaps_queue_late() {
 /// (crates/cli/tests/exec_child.c): execve reads the thread's robust futex list head after
 /// ending the agent's helpers, and exit clears the thread's TID word without waiting for a
 /// fault, so those pages must never be out. Before the robust module, a child hung in
-/// execve in every run (5 of 5; the torture's fork-and-exec case met it in 3 of 480 runs);
+/// execve in every run (5 of 5; the torture's mix met it in 3 of 377 runs);
 /// threads that exited with the page out ended all the same (5 seen, Linux 6.18).
 #[test]
 fn fork_children_exec_and_threads_exit_while_their_agent_rearms() {
