@@ -15,8 +15,9 @@ pub(super) const EXEC_PAGES: usize = 2048;
 const BEFORE_HEAD: u64 = 32;
 const HEAD_LEN: u64 = 24;
 
-/// The pages to keep in place. They stay once found: a thread's stack (and descriptor) is
-/// reused by the next thread glibc starts, at the same address.
+/// The pages to keep in place, in ascending order (a drop asks about its range by binary
+/// search). They stay once found: a thread's stack (and descriptor) is reused by the next
+/// thread glibc starts, at the same address.
 #[derive(Clone, Copy)]
 pub(super) struct ExecPages {
     pages: [u64; EXEC_PAGES],
@@ -34,25 +35,28 @@ impl ExecPages {
         let first = head.saturating_sub(BEFORE_HEAD) & !(page_size - 1);
         let last = (head + HEAD_LEN - 1) & !(page_size - 1);
         for page in [first, last] {
-            if self.pages[..self.n].contains(&page) {
+            let Err(at) = self.pages[..self.n].binary_search(&page) else {
                 continue;
-            }
+            };
             if self.n == EXEC_PAGES {
                 self.full = true;
                 return;
             }
-            self.pages[self.n] = page;
+            self.pages.copy_within(at..self.n, at + 1);
+            self.pages[at] = page;
             self.n += 1;
         }
     }
 
     /// Whether [start, end) holds a page to keep (or they did not all fit).
     pub(super) fn meets(&self, start: u64, end: u64) -> bool {
-        self.full || self.pages[..self.n].iter().any(|&p| start <= p && p < end)
+        let listed = &self.pages[..self.n];
+        let at = listed.partition_point(|&p| p < start);
+        self.full || listed.get(at).is_some_and(|&p| p < end)
     }
 
     fn holds(&self, page: u64) -> bool {
-        self.pages[..self.n].contains(&page)
+        self.pages[..self.n].binary_search(&page).is_ok()
     }
 }
 
@@ -126,6 +130,12 @@ mod tests {
         assert!(!st.exec_pages.meets(0x7200_0000, 0x7300_0000));
         st.exec_pages.add_head(0, page);
         assert_eq!(st.exec_pages.n, 3);
+        // Kept in order whatever the order found, for the binary search.
+        st.exec_pages.add_head(0x6000_0000 + 0x100, page);
+        let listed = &st.exec_pages.pages[..st.exec_pages.n];
+        assert!(listed.windows(2).all(|w| w[0] < w[1]), "{listed:x?}");
+        assert!(st.exec_pages.meets(0x5fff_f000, 0x6000_1000));
+        assert!(st.exec_pages.holds(0x7100_0000) && !st.exec_pages.holds(0x7200_0000));
     }
 
     #[test]
