@@ -64,19 +64,12 @@ impl ExecPages {
 /// st.exec_pages, starting afresh when they do not fit, and puts back any of their pages
 /// that is out (taken before its thread was seen). No allocation: runs in the re-arm thread.
 pub(super) unsafe fn collect(st: &mut State) {
-    for fresh in [false, true] {
-        if fresh {
-            if !st.exec_pages.full {
-                break;
-            }
-            st.exec_pages.n = 0;
-            st.exec_pages.full = false;
-        }
-        let page_size = st.page;
-        let pages = &mut st.exec_pages;
-        busy::for_each_tid(st.task_dir, |tid| {
-            pages.add_head(robust_head(tid), page_size)
-        });
+    add_every_head(st);
+    if st.exec_pages.full {
+        // Pages of threads long gone fill the list: only the living ones.
+        st.exec_pages.n = 0;
+        st.exec_pages.full = false;
+        add_every_head(st);
     }
     lock();
     for i in 0..SAVED {
@@ -90,6 +83,13 @@ pub(super) unsafe fn collect(st: &mut State) {
         }
     }
     unlock();
+}
+
+unsafe fn add_every_head(st: &mut State) {
+    let (pages, page_size) = (&mut st.exec_pages, st.page);
+    busy::for_each_tid(st.task_dir, |tid| {
+        pages.add_head(robust_head(tid), page_size)
+    });
 }
 
 /// Thread `tid`'s robust list head (0: none, or the kernel would not say).
