@@ -1006,16 +1006,24 @@ unsafe fn handle_during_fork(st: &State, m: &UffdMsg) -> bool {
     if m.event != UFFD_EVENT_PAGEFAULT {
         return false;
     }
-    let page = m.a1 & !(st.page - 1);
-    let range = UffdioRange {
+    first_touch(st, m.a1 & !(st.page - 1))
+}
+
+/// A missing page with no saved contents: never touched (zeros). False when it must be
+/// retried. Only a fill counts as a first touch: a page found there already (two threads'
+/// faults on one page read together) is not new memory for the re-arm thread's index.
+unsafe fn first_touch(st: &State, page: u64) -> bool {
+    match zero_fill(st, page) {
+        ZeroFill::Later => return false,
+        ZeroFill::Filled => {
+            FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
+        }
+        ZeroFill::AlreadyThere => {}
+    }
+    let mut rg = UffdioRange {
         start: page,
         len: st.page,
     };
-    if !zero_fill(st, page) {
-        return false;
-    }
-    FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
-    let mut rg = range;
     uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
     true
 }
@@ -1041,17 +1049,11 @@ unsafe fn handle(st: &mut State, view: &RingView, m: &UffdMsg) -> bool {
             let done = match (slot, huge_slot) {
                 (Some(i), _) => restore(st, i),
                 (None, Some(i)) => huge::restore_window(st, i),
-                (None, None) => zero_fill(st, page),
+                // Not a re-armed page: the detector sees it through perf.
+                (None, None) => return first_touch(st, page),
             };
             if !done {
                 return false;
-            }
-            if slot.is_none() && huge_slot.is_none() {
-                // First touch, not a re-armed page: the detector sees it through perf.
-                FIRST_TOUCHES.fetch_add(1, Ordering::Relaxed);
-                let mut rg = range;
-                uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);
-                return true;
             }
             let mut rg = range;
             uffd_ioctl(st.uffd, UFFDIO_WAKE, &mut rg as *mut _ as *mut c_void);

@@ -140,9 +140,8 @@ pub(super) unsafe fn restore(st: &mut State, i: usize) -> bool {
 /// write to it is the program's own copy-on-write fault, which the kernel resolves in the
 /// writing thread: its page comes from that thread's NUMA node, as a first touch's would (a
 /// page of our own, UFFDIO_COPY, would come from the fault thread's). No fill reaches a
-/// saved page; where the range leaves the mapping it falls back to the one page. False on
-/// EAGAIN (retry).
-pub(super) unsafe fn zero_fill(st: &State, page: u64) -> bool {
+/// saved page; where the range leaves the mapping it falls back to the one page.
+pub(super) unsafe fn zero_fill(st: &State, page: u64) -> ZeroFill {
     // Nor the page of a drop by mremap in flight, nor where it may belong (see Pending).
     let pending = [st.pending.from, st.pending.home];
     let saved_ahead = (st.saved.iter().map(|x| x.addr))
@@ -166,16 +165,30 @@ pub(super) unsafe fn zero_fill(st: &State, page: u64) -> bool {
         if uffd_ioctl(st.uffd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void) == 0 {
             slot.end.store(page + len, Ordering::Relaxed);
             slot.next.store(next, Ordering::Relaxed);
-            return true;
+            return ZeroFill::Filled;
         }
         match errno() {
-            libc::EAGAIN => return false,
-            // Filled up to a page already there (the faulting one is filled, or was there).
-            libc::EEXIST => return true,
+            // A part filled answers EAGAIN too (its thread is woken, a retry finds it there).
+            libc::EAGAIN => return ZeroFill::Later,
+            // Nothing filled: the faulting page is there. Another thread's fault on the same
+            // page, read in the same batch, brought it back (common on pages two tasks
+            // share), or a put back beat the fault's message.
+            libc::EEXIST => return ZeroFill::AlreadyThere,
             _ => {}
         }
     }
-    true
+    ZeroFill::AlreadyThere
+}
+
+/// What zero_fill did for a missing-page fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ZeroFill {
+    /// Zero pages mapped from the faulting page on: a first touch.
+    Filled,
+    /// The page was there already (or the range left the mapping): only its thread to wake.
+    AlreadyThere,
+    /// A mapping change is unread (EAGAIN): retry after the next read.
+    Later,
 }
 
 /// Pages a first touch fills (see zero_fill), and what the stream's next one in order gets:
@@ -779,6 +792,34 @@ mod tests {
             assert_eq!((st.saved[0].addr, st.saved[0].orphan), (0, false));
             libc::munmap(here as *mut c_void, PAGE);
             libc::munmap(to as *mut c_void, PAGE);
+            libc::close(fd);
+        }
+    }
+
+    #[test]
+    fn only_a_fill_of_a_missing_page_is_a_first_touch() {
+        let mut st = zeroed_state();
+        st.page = PAGE as u64;
+        st.pagemap = -1;
+        // SAFETY: plain system calls on memory of this test's own, registered with a
+        // userfaultfd of its own; nothing touches the pages before they are filled.
+        unsafe {
+            let Some(fd) = test_uffd(0) else {
+                return;
+            };
+            st.uffd = fd;
+            let prot = libc::PROT_READ | libc::PROT_WRITE;
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            let len = 4 * PAGE;
+            let base = libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) as u64;
+            register(fd, base, len as u64);
+            // Missing: filled (and the pages after it, up to the mapping's end).
+            assert_eq!(zero_fill(&st, base), ZeroFill::Filled);
+            assert_eq!(*(base as *const u64), 0);
+            // A second fault's message on the same page, read after the first was served
+            // (two threads faulting together): there already, not a first touch.
+            assert_eq!(zero_fill(&st, base), ZeroFill::AlreadyThere);
+            libc::munmap(base as *mut c_void, len);
             libc::close(fd);
         }
     }
