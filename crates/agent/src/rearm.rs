@@ -47,6 +47,7 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
                 10 * SCAN_NS
             };
             let touches = FIRST_TOUCHES.load(Ordering::Relaxed);
+            let mut whole_pass = false;
             if !idle
                 && (now - last_scan >= every
                     || changed
@@ -55,17 +56,17 @@ pub(super) extern "C" fn rearm_main(arg: *mut c_void) -> *mut c_void {
                 last_scan = now;
                 // Mappings waiting for huge pages are looked at again at every scan.
                 let whole = changed || now - last_full >= INDEX_MAX_AGE_NS || st.thp.any_waiting();
-                let whole_pass = scan_maps(st, &view, whole);
+                whole_pass = scan_maps(st, &view, whole);
                 if whole_pass {
                     (last_full, last_index, indexed_touches) = (now, now, touches);
                 }
-                // After the maps were read, so that a thread whose new stack the scan
-                // registered is seen; also every SCAN_NS, as threads come and go without
-                // changing the maps text (glibc reuses their stacks).
-                if whole_pass || now - last_robust >= SCAN_NS {
-                    last_robust = now;
-                    robust::collect(st);
-                }
+            }
+            // After the maps were read, so that a thread whose new stack the scan registered
+            // is seen; also every SCAN_NS, as threads come and go without changing the maps
+            // text (glibc reuses their stacks) and lock robust mutexes.
+            if !idle && (whole_pass || now - last_robust >= SCAN_NS) {
+                last_robust = now;
+                robust::collect(st);
             }
             if !idle && touches != indexed_touches && now - last_index >= SCAN_NS {
                 last_index = now;

@@ -1,9 +1,16 @@
-//! Pages the kernel reads from a thread's memory when the thread calls execve: its robust
+//! Pages the kernel reads from a thread's memory when the thread ends by execve: its robust
 //! futex list head (set_robust_list; glibc keeps it in the thread's descriptor, beside the
 //! TID word the kernel may clear then). By then execve has ended every other thread, the
 //! agent's helpers too, so a fault there waits for good: agent_torture's fork children hung
 //! in execve (futex_exit_release reading the list head from a page their own agent had
 //! taken out; crates/cli/tests/exec_child.c). Those pages are never taken out.
+//!
+//! The same for the robust mutexes a thread holds: when it ends (exit or execve) the kernel
+//! walks its list to mark each one's owner dead, and does not wait for a fault then (exit)
+//! or has no agent left to serve it (execve): the mutex stays locked by a dead thread, and
+//! the next lock waits for good instead of answering EOWNERDEAD. The entries' pages (their
+//! `next` word and their futex word) are kept too, as found at each collection (every
+//! SCAN_NS): a mutex locked and held by a thread that ends within that time is not covered.
 
 use super::*;
 
@@ -29,11 +36,28 @@ pub(super) struct ExecPages {
 impl ExecPages {
     /// Keeps the pages of a robust list head at `head` (0: the thread set none).
     fn add_head(&mut self, head: u64, page_size: u64) {
-        if head == 0 {
-            return;
+        if head != 0 {
+            self.add_bytes(
+                head.saturating_sub(BEFORE_HEAD),
+                BEFORE_HEAD + HEAD_LEN,
+                page_size,
+            );
         }
-        let first = head.saturating_sub(BEFORE_HEAD) & !(page_size - 1);
-        let last = (head + HEAD_LEN - 1) & !(page_size - 1);
+    }
+
+    /// Keeps the pages of a robust list entry at `entry` (a held mutex; 0: none): its `next`
+    /// word, and its futex word `futex_offset` bytes away.
+    fn add_entry(&mut self, entry: u64, futex_offset: i64, page_size: u64) {
+        if entry != 0 {
+            self.add_bytes(entry, 8, page_size);
+            self.add_bytes(entry.wrapping_add_signed(futex_offset), 4, page_size);
+        }
+    }
+
+    /// Keeps the pages of [addr, addr + len).
+    fn add_bytes(&mut self, addr: u64, len: u64, page_size: u64) {
+        let first = addr & !(page_size - 1);
+        let last = addr.saturating_add(len - 1) & !(page_size - 1);
         for page in [first, last] {
             let Err(at) = self.pages[..self.n].binary_search(&page) else {
                 continue;
@@ -88,8 +112,54 @@ pub(super) unsafe fn collect(st: &mut State) {
 unsafe fn add_every_head(st: &mut State) {
     let (pages, page_size) = (&mut st.exec_pages, st.page);
     busy::for_each_tid(st.task_dir, |tid| {
-        pages.add_head(robust_head(tid), page_size)
+        let head = robust_head(tid);
+        pages.add_head(head, page_size);
+        add_held(pages, head, page_size);
     });
+}
+
+/// Robust list entries followed at most, a thread.
+const HELD_MAX: usize = 64;
+
+/// Keeps the pages of the robust mutexes on the list at `head` (struct robust_list_head:
+/// next, futex_offset, list_op_pending). The list belongs to a running thread and changes
+/// under us: read with process_vm_readv, which fails instead of faulting on an address no
+/// longer mapped (a wrong page kept costs nothing but that page's samples). An entry's
+/// pages are kept before it is read: a page out is then put back by collect.
+unsafe fn add_held(pages: &mut ExecPages, head: u64, page_size: u64) {
+    let mut words = [0u64; 3];
+    if head == 0 || !read_own(head, &mut words) {
+        return;
+    }
+    let (mut entry, futex_offset, pending) = (words[0], words[1] as i64, words[2]);
+    pages.add_entry(pending & !1, futex_offset, page_size);
+    for _ in 0..HELD_MAX {
+        // Bit 0 of a link marks a priority-inheritance mutex.
+        entry &= !1;
+        if entry == head || entry == 0 {
+            return;
+        }
+        pages.add_entry(entry, futex_offset, page_size);
+        let mut next = [0u64; 1];
+        if !read_own(entry, &mut next) {
+            return;
+        }
+        entry = next[0];
+    }
+}
+
+/// Reads `out.len()` words of this process at `addr`; false when they are not all mapped.
+unsafe fn read_own(addr: u64, out: &mut [u64]) -> bool {
+    let len = std::mem::size_of_val(out);
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr() as *mut c_void,
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: len,
+    };
+    libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == len as isize
 }
 
 /// Thread `tid`'s robust list head (0: none, or the kernel would not say).
@@ -148,6 +218,53 @@ mod tests {
         }
         assert!(st.exec_pages.full);
         assert!(st.exec_pages.meets(0x9000_0000, 0x9000_1000));
+    }
+
+    #[test]
+    fn an_entry_keeps_its_link_and_its_futex_word() {
+        let mut pages = zeroed_state().exec_pages;
+        let page = PAGE as u64;
+        // glibc's futex word lies before the link (a negative offset), here on the page before.
+        pages.add_entry(0x7000_0010, -0x20, page);
+        assert!(pages.holds(0x7000_0000) && pages.holds(0x6fff_f000));
+        pages.add_entry(0, -0x20, page);
+        assert_eq!(pages.n, 2);
+    }
+
+    #[test]
+    fn the_robust_mutexes_a_thread_holds_are_found() {
+        let mut st = zeroed_state();
+        st.page = PAGE as u64;
+        // SAFETY: a mutex of this test's own, locked and unlocked by this thread; our own
+        // /proc/self/task, closed below.
+        unsafe {
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            ) as *mut libc::pthread_mutex_t;
+            let mut a: libc::pthread_mutexattr_t = std::mem::zeroed();
+            libc::pthread_mutexattr_init(&mut a);
+            libc::pthread_mutexattr_setrobust(&mut a, libc::PTHREAD_MUTEX_ROBUST);
+            libc::pthread_mutex_init(m, &a);
+            st.task_dir = libc::open(
+                c"/proc/self/task".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            );
+            assert!(st.task_dir >= 0);
+            let page = m as u64;
+            collect(&mut st);
+            assert!(!st.exec_pages.holds(page), "not held yet");
+            libc::pthread_mutex_lock(m);
+            collect(&mut st);
+            libc::pthread_mutex_unlock(m);
+            assert!(st.exec_pages.holds(page), "held: on this thread's list");
+            libc::close(st.task_dir);
+            libc::munmap(m as *mut c_void, PAGE);
+        }
     }
 
     #[test]

@@ -7,13 +7,19 @@
  * without touching it (raw system calls only: glibc's wrappers read the descriptor); once
  * the page is not present (its agent took it out), or the time is over, it ends:
  *   exec (default): fork children of a second thread call execve(/bin/true);
- *   exit:           threads call exit(2) and the main thread joins them.
+ *   exit:           threads call exit(2) and the main thread joins them;
+ *   robust:         threads lock a robust mutex of their own (in .bss, a page each), hold
+ *                   it 0.3 s (the agent looks at the robust lists every 0.1 s), watch the
+ *                   mutex's page instead, and call exit(2) holding it; the kernel walks the
+ *                   thread's robust list at exit to mark the mutex's owner dead, and the
+ *                   main thread's lock must then answer EOWNERDEAD.
  * A child or thread not ended within 10 s hung: the program says so and fails.
  *
- * Usage: exec_child [COUNT [exec|exit]]   Exit status 0 when all ended; prints how many saw
- * their descriptor's page out first.
+ * Usage: exec_child [COUNT [exec|exit|robust]]   Exit status 0 when all ended; prints how
+ * many saw the page they watched out first.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -115,15 +121,62 @@ __attribute__((noinline, optimize("no-stack-protector"))) static void *watch_the
     return NULL;
 }
 
+/* One robust mutex per page: a thread's own page is only its mutex. */
+static struct {
+    pthread_mutex_t m;
+    char rest[4096 - sizeof(pthread_mutex_t)];
+} robust[64] __attribute__((aligned(4096)));
+
+__attribute__((noinline, optimize("no-stack-protector"))) static void *lock_watch_exit(void *arg) {
+    pthread_mutex_t *m = arg;
+    pthread_mutex_lock(m);
+    struct timespec held = {0, 300 * 1000 * 1000};
+    syscall(SYS_nanosleep, &held, NULL);
+    watch((uint64_t)(uintptr_t)m);
+    syscall(SYS_exit, 0);
+    return NULL;
+}
+
+/* Threads that end holding a robust mutex: the next lock must say its owner died. */
+static void robust_mode(void) {
+    if (count > 64)
+        count = 64;
+    for (int k = 0; k < count && !failed; k++) {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+        pthread_mutex_init(&robust[k].m, &a);
+        pthread_t t;
+        if (pthread_create(&t, NULL, lock_watch_exit, &robust[k].m) != 0) {
+            perror("pthread_create");
+            exit(2);
+        }
+        pthread_join(t, NULL);
+        count_told();
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 10;
+        int r = pthread_mutex_timedlock(&robust[k].m, &deadline);
+        if (r != EOWNERDEAD) {
+            fprintf(stderr, "exec_child: the robust mutex of thread %d of %d: %s, not its "
+                            "owner's death\n", k + 1, count, strerror(r));
+            failed = 1;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1)
         count = atoi(argv[1]);
     int exit_mode = argc > 2 && strcmp(argv[2], "exit") == 0;
+    int robust_threads = argc > 2 && strcmp(argv[2], "robust") == 0;
     if (pipe2(tell, O_CLOEXEC | O_NONBLOCK) != 0) {
         perror("pipe2");
         return 2;
     }
-    if (exit_mode) {
+    if (robust_threads) {
+        robust_mode();
+    } else if (exit_mode) {
         for (int k = 0; k < count && !failed; k++) {
             pthread_t t;
             if (pthread_create(&t, NULL, watch_then_exit, NULL) != 0) {
@@ -152,7 +205,8 @@ int main(int argc, char **argv) {
         pthread_join(t, NULL);
     }
     if (!failed)
-        printf("exec_child: %d %s ended, %d with their descriptor's page out\n", count,
-               exit_mode ? "threads" : "children", ended_with_page_out);
+        printf("exec_child: %d %s ended, %d with their %s page out\n", count,
+               exit_mode || robust_threads ? "threads" : "children", ended_with_page_out,
+               robust_threads ? "mutex's" : "descriptor's");
     return failed;
 }
