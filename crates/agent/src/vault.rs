@@ -813,7 +813,7 @@ mod tests {
             let len = 4 * PAGE;
             let base = libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) as u64;
             register(fd, base, len as u64);
-            // Missing: filled (and the pages after it, up to the mapping's end).
+            // Missing: filled (ZERO_AHEAD pages would leave the mapping: the one page).
             assert_eq!(zero_fill(&st, base), ZeroFill::Filled);
             assert_eq!(*(base as *const u64), 0);
             // A second fault's message on the same page, read after the first was served
