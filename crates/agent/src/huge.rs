@@ -352,9 +352,12 @@ pub(super) unsafe fn rearm_window(st: &mut State, view: &RingView, page: u64) ->
 }
 
 /// Puts huge slot `i` back (caller holds the lock): the entry moved back whole, or page by
-/// page where the program changed part of the range. False on EAGAIN (retry later; what
-/// was put back stays put back).
+/// page where the program changed part of the range. False when it must wait for a mapping
+/// change (see vault::restore; what was put back stays put back).
 pub(super) unsafe fn restore_window(st: &mut State, i: usize) -> bool {
+    if st.events_waiting.load(Ordering::Acquire) {
+        return false;
+    }
     let (src, size) = (st.huge.slot_at(i), st.huge.size);
     if !st.huge.slots[i].per_page {
         let mut mv = UffdioMove {
@@ -369,7 +372,7 @@ pub(super) unsafe fn restore_window(st: &mut State, i: usize) -> bool {
             return true;
         }
         let (e, moved) = (errno(), mv.moved.max(0) as u64);
-        if e == libc::EAGAIN && moved == 0 {
+        if moved == 0 && put_back_waits(st, st.huge.slots[i].addr, e) {
             return false;
         }
         // Moved part way (or refused): the rest goes back page by page.
@@ -384,10 +387,10 @@ pub(super) unsafe fn restore_window(st: &mut State, i: usize) -> bool {
         if home == 0 {
             continue;
         }
-        if !copy_back(st, home, src + (k * PAGE) as u64) && errno() == libc::EAGAIN {
+        if !copy_back(st, home, src + (k * PAGE) as u64) && put_back_waits(st, home, errno()) {
             return false;
         }
-        // Put back, already there, or the range is gone: done with this page.
+        // Put back, already there, or the range is gone for good: done with this page.
         st.huge.slots[i].homes[k] = 0;
     }
     st.huge.slots[i].addr = 0;

@@ -269,6 +269,11 @@ struct State {
     thp: thp::Thp,
     /// Huge pages re-armed whole, and their vault (see the huge module).
     huge: huge::HugeVault,
+    /// A mapping event (REMOVE, UNMAP, REMAP) was read during a fork and waits for the
+    /// lock. The program has gone on, and the slots and candidates may name the old
+    /// addresses: until the fault thread has handled it, nothing is taken out, put back
+    /// (vault::restore, huge::restore_window) or filled.
+    events_waiting: AtomicBool,
 }
 
 /// The agent's uffd (-1: none); read by the interposed ioctl.
@@ -294,10 +299,12 @@ static DROPPING: AtomicU64 = AtomicU64::new(0);
 /// A thread is in fork(): it holds the lock from before_fork until the fork is done, with
 /// every dropped page put back and no new drop allowed (HOLDS).
 static FORKING: AtomicBool = AtomicBool::new(false);
-/// A mapping event (REMOVE, UNMAP, REMAP) was read during a fork and waits for the lock:
-/// nothing is dropped until the fault thread has handled it (the program has gone on, and
-/// the slots and candidates may name the old addresses).
-static MAPPING_EVENTS_WAITING: AtomicBool = AtomicBool::new(false);
+/// The fault thread is resolving messages without the lock because a fork holds it (see
+/// lock_unless_forking). The fork's end waits until that pass is over: the pass counts on
+/// no page being out (a first touch's zero fill reaches ahead over holes) and on nothing
+/// being dropped before the mapping events it read are set aside for the lock. A drop
+/// started as soon as the fork ended broke both.
+static UNLOCKED_PASS: AtomicBool = AtomicBool::new(false);
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
 /// First touches of private pages the fault thread resolved: when it moves, pages became
 /// present that the re-arm thread's index lacks (a new phase's memory; without this it
@@ -344,6 +351,15 @@ fn unlock() {
     BUSY.store(false, Ordering::Release);
 }
 
+/// Ends what lock_unless_forking began: releases the lock, or ends the pass without it.
+fn unlock_or_end_pass(locked: bool) {
+    if locked {
+        unlock();
+    } else {
+        UNLOCKED_PASS.store(false, Ordering::SeqCst);
+    }
+}
+
 /// The lock, unless a fork is under way (false: not taken). The forking thread holds the
 /// lock across fork(); meanwhile another program thread may fault on registered memory
 /// while holding a lock fork() itself needs (a malloc arena's), so the fault thread must
@@ -358,8 +374,15 @@ fn lock_unless_forking() -> bool {
         {
             return true;
         }
-        if FORKING.load(Ordering::Acquire) {
-            return false;
+        if FORKING.load(Ordering::SeqCst) {
+            // Announced, then checked again: after_fork_parent clears FORKING and then looks
+            // at UNLOCKED_PASS, so either it waits for this pass or the pass takes the lock.
+            UNLOCKED_PASS.store(true, Ordering::SeqCst);
+            if FORKING.load(Ordering::SeqCst) {
+                return false;
+            }
+            UNLOCKED_PASS.store(false, Ordering::SeqCst);
+            continue;
         }
         spins += 1;
         if spins < 2000 {
@@ -397,11 +420,15 @@ extern "C" fn before_fork() {
     // The child has no userfaultfd: every dropped page must be back before it is copied.
     // SAFETY: restores pages through our own uffd; takes the lock until after fork.
     unsafe { quiesce() };
-    FORKING.store(true, Ordering::Release);
+    FORKING.store(true, Ordering::SeqCst);
 }
 
 extern "C" fn after_fork_parent() {
-    FORKING.store(false, Ordering::Release);
+    FORKING.store(false, Ordering::SeqCst);
+    while UNLOCKED_PASS.load(Ordering::SeqCst) {
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
     HOLDS.fetch_sub(1, Ordering::AcqRel);
     unlock();
 }
@@ -477,6 +504,7 @@ extern "C" fn after_fork_child() {
     DROPPING.store(0, Ordering::Release);
     HOLDS.store(0, Ordering::Release);
     FORKING.store(false, Ordering::Release);
+    UNLOCKED_PASS.store(false, Ordering::Release);
     unlock();
     start();
 }
@@ -881,8 +909,9 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
             a2: 0,
         };
         let mut msgs = [empty; MSGS];
-        // Faults the kernel answered EAGAIN for (a mapping change is pending): retried after
-        // the next read, which lets that change complete.
+        // Messages that must wait: faults the kernel answered EAGAIN for (a mapping change is
+        // pending; retried after the next read, which lets that change complete), and
+        // while a fork holds the lock, the program's mapping events.
         let mut deferred = [empty; 4 * MSGS];
         let mut ndeferred = 0usize;
         let mut wakes: u64 = 0;
@@ -893,12 +922,13 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                 revents: 0,
             };
             let timeout = if ndeferred > 0 { 1 } else { 1000 };
+            let readable = libc::poll(&mut pfd, 1, timeout) > 0;
             // The lock is taken before the read: once an event is read, the program goes on
             // (it may touch the moved range at once), so no other helper may act on the
             // slots' old addresses until the event is handled.
+            let locked = lock_unless_forking();
             let mut count = 0;
-            if libc::poll(&mut pfd, 1, timeout) > 0 {
-                let locked = lock_unless_forking();
+            if readable {
                 let n = libc::read(
                     fd,
                     msgs.as_mut_ptr() as *mut c_void,
@@ -909,67 +939,48 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                 } else {
                     0
                 };
-                // The program's mapping changes first, then the faults. A read returns every
-                // pending fault before any event, but a fault read beside an event may be
-                // about memory the event moved: its thread ran on after the change, or the
-                // event queued late (see vault::remap_slots) and the slots are not yet
-                // where the fault looks (one copied another mapping's page in its place).
-                for faults in [false, true] {
-                    let of_pass = |m: &&UffdMsg| (m.event == UFFD_EVENT_PAGEFAULT) == faults;
-                    for m in msgs[..count].iter().filter(of_pass) {
-                        let done = if locked {
-                            handle(&mut *st, &view, m)
-                        } else {
-                            handle_during_fork(&*st, m)
-                        };
-                        if done {
-                            continue;
-                        }
-                        if ndeferred < deferred.len() {
-                            deferred[ndeferred] = *m;
-                            ndeferred += 1;
-                            if m.event != UFFD_EVENT_PAGEFAULT {
-                                MAPPING_EVENTS_WAITING.store(true, Ordering::Release);
-                            }
-                        } else {
-                            no_room_to_defer(&*st, &view, m);
-                        }
-                    }
-                }
-                if locked {
-                    unlock();
-                }
             }
-            let locked = lock_unless_forking();
-            // Here too the mapping changes first.
-            let mut done = [false; 4 * MSGS];
+            // The program's mapping changes first, then the faults, and of each the ones set
+            // aside earlier first: an event read during a fork came before the ones read
+            // now. A read returns every pending fault before any event, but a fault read
+            // beside an event may be about memory the event moved: its thread ran on after
+            // the change, or the event queued late (see vault::remap_slots) and the slots are
+            // not yet where the fault looks (one copied another mapping's page in its place).
+            let mut kept = [empty; 4 * MSGS];
+            let mut nkept = 0;
+            let mut events_wait = false;
             for faults in [false, true] {
-                for k in 0..ndeferred {
-                    let m = deferred[k];
-                    if (m.event == UFFD_EVENT_PAGEFAULT) == faults {
-                        done[k] = if locked {
-                            handle(&mut *st, &view, &m)
-                        } else {
-                            handle_during_fork(&*st, &m)
-                        };
+                if faults && locked {
+                    // The events are handled: pages may be put back again.
+                    (*st).events_waiting.store(events_wait, Ordering::Release);
+                }
+                let of_pass = |m: &&UffdMsg| (m.event == UFFD_EVENT_PAGEFAULT) == faults;
+                let older_first = deferred[..ndeferred].iter().chain(&msgs[..count]);
+                for m in older_first.filter(of_pass) {
+                    let done = if locked {
+                        handle(&mut *st, &view, m)
+                    } else {
+                        handle_during_fork(&*st, m)
+                    };
+                    if done {
+                        continue;
+                    }
+                    if nkept < kept.len() {
+                        kept[nkept] = *m;
+                        nkept += 1;
+                        if m.event != UFFD_EVENT_PAGEFAULT {
+                            events_wait = true;
+                            (*st).events_waiting.store(true, Ordering::Release);
+                        }
+                    } else {
+                        no_room_to_defer(&*st, &view, m);
                     }
                 }
             }
-            let mut keep = 0;
-            let mut mapping_waits = false;
-            for k in 0..ndeferred {
-                if !done[k] {
-                    let m = deferred[k];
-                    deferred[keep] = m;
-                    keep += 1;
-                    mapping_waits |= m.event != UFFD_EVENT_PAGEFAULT;
-                }
-            }
-            ndeferred = keep;
-            MAPPING_EVENTS_WAITING.store(mapping_waits, Ordering::Release);
-            if locked {
-                unlock();
-            }
+            deferred = kept;
+            ndeferred = nkept;
+            (*st).events_waiting.store(events_wait, Ordering::Release);
+            unlock_or_end_pass(locked);
             // A system call (no vDSO for thread clocks): every 16th wake-up, and when idle.
             wakes += 1;
             if wakes.is_multiple_of(16) || count == 0 {
@@ -1000,8 +1011,9 @@ unsafe fn no_room_to_defer(st: &State, view: &RingView, m: &UffdMsg) {
 
 /// Handles one message while another thread forks and holds the lock (see
 /// lock_unless_forking); false when it must wait for the lock. Only page faults are resolved
-/// here: before_fork put every dropped page back and HOLDS stops new drops, so a missing page
-/// is a first touch (zeros). Mapping events change the agent's state and wait for the lock.
+/// here: before_fork put every dropped page back, HOLDS stops new drops and the fork's end
+/// waits for this pass (UNLOCKED_PASS), so a missing page is a first touch (zeros). Mapping
+/// events change the agent's state and wait for the lock.
 unsafe fn handle_during_fork(st: &State, m: &UffdMsg) -> bool {
     if m.event != UFFD_EVENT_PAGEFAULT {
         return false;
@@ -1250,4 +1262,43 @@ fn zeroed_state() -> Box<State> {
     // SAFETY: every field of State is an integer, bool, raw pointer or array of them (the
     // agent itself starts from zeroed memory), and the layout is State's own.
     unsafe { Box::from_raw(std::alloc::alloc_zeroed(layout).cast::<State>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_end_of_a_fork_waits_for_the_fault_threads_pass_without_the_lock() {
+        // As before_fork leaves things: the forking thread holds the lock and a hold.
+        lock();
+        HOLDS.fetch_add(1, Ordering::AcqRel);
+        FORKING.store(true, Ordering::SeqCst);
+        assert!(
+            !lock_unless_forking(),
+            "a fork holds the lock: the pass goes without it"
+        );
+        let ended = std::sync::Arc::new(AtomicBool::new(false));
+        let fork_end = {
+            let ended = ended.clone();
+            std::thread::spawn(move || {
+                after_fork_parent();
+                ended.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            !ended.load(Ordering::SeqCst),
+            "the fork ended during the pass"
+        );
+        assert!(held(), "drops were allowed again during the pass");
+        unlock_or_end_pass(false);
+        fork_end.join().unwrap();
+        assert!(ended.load(Ordering::SeqCst));
+        assert!(!held());
+        // The lock is free again, and the next pass takes it.
+        assert!(lock_unless_forking());
+        unlock_or_end_pass(true);
+        assert!(!BUSY.load(Ordering::Acquire));
+    }
 }
