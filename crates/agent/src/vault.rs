@@ -767,6 +767,42 @@ mod tests {
         );
     }
 
+    /// A thread that moves the page at `from` onto `to` (mremap); its mremap returns once
+    /// its REMAP is read.
+    fn move_page_in_a_thread(from: u64, to: u64) -> std::thread::JoinHandle<u64> {
+        std::thread::spawn(move || {
+            let fixed = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+            // SAFETY: moves one page of the test's own onto another of its own.
+            unsafe {
+                libc::mremap(from as *mut c_void, PAGE, PAGE, fixed, to as *mut c_void) as u64
+            }
+        })
+    }
+
+    /// Waits (5 s at most) until the kernel says a mapping change is unread.
+    unsafe fn wait_for_an_unread_change(st: &State, page: u64) {
+        let asked_at = monotonic_ns();
+        while !change_unread(st, page) && monotonic_ns() - asked_at < 5_000_000_000 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// The next message of `fd` (5 s at most); event 0 when none came.
+    unsafe fn read_message(fd: c_int) -> UffdMsg {
+        let mut msg = std::mem::zeroed::<UffdMsg>();
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        libc::poll(&mut pfd, 1, 5000);
+        let size = std::mem::size_of::<UffdMsg>();
+        if libc::read(fd, &mut msg as *mut _ as *mut c_void, size) != size as isize {
+            msg.event = 0;
+        }
+        msg
+    }
+
     #[test]
     fn an_orphan_waits_while_a_mapping_change_is_unread() {
         let mut st = zeroed_state();
@@ -788,29 +824,12 @@ mod tests {
             register(fd, moving, PAGE as u64);
             st.saved[0].addr = here;
             st.saved[0].orphan = true;
-            let mover = std::thread::spawn(move || {
-                let fixed = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
-                libc::mremap(moving as *mut c_void, PAGE, PAGE, fixed, to as *mut c_void) as u64
-            });
-            let asked_at = monotonic_ns();
-            while !change_unread(&st, here) && monotonic_ns() - asked_at < 5_000_000_000 {
-                std::thread::yield_now();
-            }
+            let mover = move_page_in_a_thread(moving, to);
+            wait_for_an_unread_change(&st, here);
             let kept = !restore(&mut st, 0) && st.saved[0].addr == here;
-            let mut msg = std::mem::zeroed::<UffdMsg>();
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            libc::poll(&mut pfd, 1, 5000);
-            let n = libc::read(
-                fd,
-                &mut msg as *mut _ as *mut c_void,
-                std::mem::size_of::<UffdMsg>(),
-            );
+            let msg = read_message(fd);
             assert_eq!(mover.join().unwrap(), to);
-            assert!(n > 0 && msg.event == UFFD_EVENT_REMAP, "the move's event");
+            assert_eq!(msg.event, UFFD_EVENT_REMAP, "the move's event");
             assert!(kept, "kept while the REMAP was unread");
             // Read: the next try drops it.
             assert!(!change_unread(&st, here));
@@ -870,32 +889,15 @@ mod tests {
             *(saved as *mut u64) = 0x5eed;
             st.saved[0].addr = moving;
             st.saved[0].vault_at = saved;
-            let mover = std::thread::spawn(move || {
-                let fixed = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
-                libc::mremap(moving as *mut c_void, PAGE, PAGE, fixed, to as *mut c_void) as u64
-            });
-            let asked_at = monotonic_ns();
-            while !change_unread(&st, moving) && monotonic_ns() - asked_at < 5_000_000_000 {
-                std::thread::yield_now();
-            }
+            let mover = move_page_in_a_thread(moving, to);
+            wait_for_an_unread_change(&st, moving);
             let kept = !restore(&mut st, 0) && st.saved[0].addr == moving;
             // What the kernel answers a copy that checked for changes before the move and
             // looked the address up after it.
             let waits_on_enoent = put_back_waits(&st, moving, libc::ENOENT);
-            let mut msg = std::mem::zeroed::<UffdMsg>();
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            libc::poll(&mut pfd, 1, 5000);
-            let n = libc::read(
-                fd,
-                &mut msg as *mut _ as *mut c_void,
-                std::mem::size_of::<UffdMsg>(),
-            );
+            let msg = read_message(fd);
             assert_eq!(mover.join().unwrap(), to);
-            assert!(n > 0 && msg.event == UFFD_EVENT_REMAP, "the move's event");
+            assert_eq!(msg.event, UFFD_EVENT_REMAP, "the move's event");
             assert!(kept, "kept while the REMAP was unread");
             assert!(waits_on_enoent, "ENOENT while the REMAP was unread: kept");
             assert!(
