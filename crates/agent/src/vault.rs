@@ -754,6 +754,25 @@ mod tests {
         Some(fd)
     }
 
+    /// A State as the agent starts with it, 4-KiB pages, no pagemap, and a userfaultfd of
+    /// `features` (None: the test is skipped).
+    unsafe fn state_with_uffd(features: u64) -> Option<(Box<State>, c_int)> {
+        let fd = test_uffd(features)?;
+        let mut st = zeroed_state();
+        st.page = PAGE as u64;
+        st.pagemap = -1;
+        st.uffd = fd;
+        Some((st, fd))
+    }
+
+    /// A private anonymous page of the test's own (its address).
+    fn one_page() -> u64 {
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        // SAFETY: a new mapping, at an address the kernel picks.
+        unsafe { libc::mmap(std::ptr::null_mut(), PAGE, prot, flags, -1, 0) as u64 }
+    }
+
     /// Registers [start, start + len) in missing mode.
     unsafe fn register(fd: c_int, start: u64, len: u64) {
         let mut reg = UffdioRegister {
@@ -805,18 +824,13 @@ mod tests {
 
     #[test]
     fn an_orphan_waits_while_a_mapping_change_is_unread() {
-        let mut st = zeroed_state();
-        st.page = PAGE as u64;
         // SAFETY: plain system calls on memory of this test's own; the thread's mremap
         // returns once its event is read below, before any assertion.
         unsafe {
-            let Some(fd) = test_uffd(UFFD_FEATURE_EVENT_REMAP) else {
+            let Some((mut st, fd)) = state_with_uffd(UFFD_FEATURE_EVENT_REMAP) else {
                 return;
             };
-            st.uffd = fd;
-            let prot = libc::PROT_READ | libc::PROT_WRITE;
-            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-            let map = || libc::mmap(std::ptr::null_mut(), PAGE, prot, flags, -1, 0) as u64;
+            let map = one_page;
             // The orphan's address, in the mapping that moved in; the mapping that moves
             // away now (its REMAP raised, unread until read below); where it goes.
             let (here, moving, to) = (map(), map(), map());
@@ -866,19 +880,13 @@ mod tests {
 
     #[test]
     fn a_page_whose_mapping_moved_away_waits_for_the_remap_and_goes_back_there() {
-        let mut st = zeroed_state();
-        st.page = PAGE as u64;
-        st.pagemap = -1;
         // SAFETY: plain system calls on memory of this test's own; the thread's mremap
         // returns once its event is read below.
         unsafe {
-            let Some(fd) = test_uffd(UFFD_FEATURE_EVENT_REMAP) else {
+            let Some((mut st, fd)) = state_with_uffd(UFFD_FEATURE_EVENT_REMAP) else {
                 return;
             };
-            st.uffd = fd;
-            let prot = libc::PROT_READ | libc::PROT_WRITE;
-            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-            let map = || libc::mmap(std::ptr::null_mut(), PAGE, prot, flags, -1, 0) as u64;
+            let map = one_page;
             // A mapping the last scan registered; the page that is out (its mapping moves
             // away now, its REMAP unread until read below); where it goes; its saved copy.
             let (elsewhere, moving, to, saved) = (map(), map(), map(), map());
@@ -924,16 +932,12 @@ mod tests {
 
     #[test]
     fn only_a_fill_of_a_missing_page_is_a_first_touch() {
-        let mut st = zeroed_state();
-        st.page = PAGE as u64;
-        st.pagemap = -1;
         // SAFETY: plain system calls on memory of this test's own, registered with a
         // userfaultfd of its own; nothing touches the pages before they are filled.
         unsafe {
-            let Some(fd) = test_uffd(0) else {
+            let Some((st, fd)) = state_with_uffd(0) else {
                 return;
             };
-            st.uffd = fd;
             let prot = libc::PROT_READ | libc::PROT_WRITE;
             let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
             let len = 4 * PAGE;
