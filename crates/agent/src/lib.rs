@@ -914,6 +914,8 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
         // while a fork holds the lock, the program's mapping events.
         let mut deferred = [empty; 4 * MSGS];
         let mut ndeferred = 0usize;
+        // What still waits after a round (then copied back into `deferred`).
+        let mut kept = [empty; 4 * MSGS];
         let mut wakes: u64 = 0;
         loop {
             let mut pfd = libc::pollfd {
@@ -946,7 +948,6 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
             // beside an event may be about memory the event moved: its thread ran on after
             // the change, or the event queued late (see vault::remap_slots) and the slots are
             // not yet where the fault looks (one copied another mapping's page in its place).
-            let mut kept = [empty; 4 * MSGS];
             let mut nkept = 0;
             let mut events_wait = false;
             for faults in [false, true] {
@@ -977,7 +978,7 @@ extern "C" fn fault_main(arg: *mut c_void) -> *mut c_void {
                     }
                 }
             }
-            deferred = kept;
+            deferred[..nkept].copy_from_slice(&kept[..nkept]);
             ndeferred = nkept;
             (*st).events_waiting.store(events_wait, Ordering::Release);
             unlock_or_end_pass(locked);
