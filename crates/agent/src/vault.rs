@@ -909,6 +909,8 @@ mod tests {
             assert_eq!(*(ours as *const u64), 9);
             libc::munmap(alone as *mut c_void, PAGE);
             libc::munmap(ours as *mut c_void, PAGE);
+            libc::munmap(ring, ring::file_size());
+            libc::munmap(st.vault as *mut c_void, VAULT_PAGES * PAGE);
             libc::close(fd);
         }
     }
