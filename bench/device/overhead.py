@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """The overhead of `huddle run` on whole programs, on a machine with a core per task: each
-program runs as plain, `huddle run`, `huddle run --watch always` and plain again (the control),
-one run of each per round, the order rotated every round (a cyclic Latin square, so that no
-configuration always follows another), OVERHEAD_ROUNDS rounds (default 9). Prints per program
-the wall-time ratios to plain's run of the same round, median (min-max) and each, and the CPU
-time ratio (the program's, huddle's and the agents', all reaped through wait4).
+program runs as plain, each configuration of OVERHEAD_CONFIGS (comma-separated huddle
+command lines, default "huddle run,huddle run --watch always") and plain again (the control),
+one run of each per round, the order rotated every round (each configuration takes each
+place in the round in turn), OVERHEAD_ROUNDS rounds (default 9). Prints per program the
+wall-time ratios to plain's run of the same round, median (min-max) and each, and the CPU
+time ratios (the program's, huddle's and the agents', all reaped through wait4).
 
 Why --watch always: on a flat machine (one shared cache, no SMT: the device machine) the
-agent sleeps once no more tasks than PUs run, so plain `huddle run` costs huddle's sampling
-alone there; `--watch always` is what the agent costs where it watches (a machine with cache
-domains). Programs: the real-layout workloads (iterations scaled so that a plain run takes
-about OVERHEAD_SECONDS, default 3), LAMMPS (tests/apps/in.lj) if `lmp` is there, and every
-program in OVERHEAD_EXTRA ("NAME=PATH[@THREADS],...", run first, with OMP_NUM_THREADS=THREADS,
-default OVERHEAD_THREADS; for the NAS Parallel Benchmarks, built by hand, not shipped). Output that differs between runs of
-one program (checksums, verification lines, thermo output) is reported."""
+agent goes to sleep after 0.3 s once no more tasks than PUs run; `--watch always` is what it
+costs where it keeps watching (a machine with cache domains). Programs: every program in
+OVERHEAD_EXTRA first ("NAME=PATH[@THREADS],...", with OMP_NUM_THREADS=THREADS, default
+OVERHEAD_THREADS (8); for the NAS Parallel Benchmarks, built by hand, not shipped), then
+the real-layout workloads at OVERHEAD_THREADS threads (iterations scaled so that a plain run
+takes about OVERHEAD_SECONDS, default 3), and LAMMPS (tests/apps/in.lj, OVERHEAD_RANKS ranks,
+default 16, OVERHEAD_LAMMPS_STEPS steps, default 3000) where `lmp` and `mpirun.openmpi` are
+there. Output that differs between runs of one program (checksums, verification lines,
+thermo rows) is reported."""
 import os, re, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
