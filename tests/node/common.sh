@@ -183,7 +183,7 @@ for host, pairs in want.items():
     # The ranks' PUs as they held longest, not after the last decision: in the job's last
     # tick the two ranks still running may be one pair stacked on a PU whose partners have
     # ended, which the flat-machine rule rightly spreads (a 3.56-s repair of a 3.57-s run
-    # failed this check in two make test runs, 2026-11-28 and 2026-11-29).
+    # failed this check in two clean-clone make test runs on 2026-11-29).
     migrations = [d for d in decisions if d["action"] == "migrate"]
     pu, held = {}, {}
     for k, dec in enumerate(migrations):
