@@ -191,7 +191,8 @@ for host, pairs in want.items():
             pu[t] = dec["mapping"][j]
         until = migrations[k + 1]["t"] if k + 1 < len(migrations) else run.get("duration_s") or dec["t"]
         state = tuple(pu.get(ranks[r]) for r in sorted(ranks))
-        held[state] = held.get(state, 0) + max(0.0, until - dec["t"])
+        if None not in state:  # placements of every rank only
+            held[state] = held.get(state, 0) + max(0.0, until - dec["t"])
     longest = max(held, key=held.get) if held else tuple(None for _ in ranks)
     at = dict(zip(sorted(ranks), longest))
     (a, b), (c, e) = pairs
@@ -203,7 +204,7 @@ for host, pairs in want.items():
     elif not (at[a] == at[b] and at[c] == at[e] and at[a] != at[c]):
         # Which decisions put them there (tasks are snapshot indices; ranks maps rank -> index).
         moves = "; ".join(f"{d.get('t', 0):.2f} s tasks {d['tasks']} to {d['mapping']} ({d.get('reason', '')})"
-                          for d in decisions if d["action"] == "migrate")
+                          for d in migrations)
         bad.append(f"{host}: PUs held longest {at}, wanted {a},{b} on one PU and {c},{e} on the other;"
                    f" ranks at indices {ranks}; migrations: {moves}; run {run.get('duration_s')} s")
     else:
