@@ -16,8 +16,11 @@ the real-layout workloads at OVERHEAD_THREADS threads (iterations scaled so that
 takes about OVERHEAD_SECONDS, default 3), and LAMMPS (tests/apps/in.lj, OVERHEAD_RANKS ranks,
 default 16, OVERHEAD_LAMMPS_STEPS steps, default 3000) where `lmp` and `mpirun.openmpi` are
 there. Output that differs between runs of one program (checksums, verification lines,
-thermo rows) is reported."""
-import os, re, statistics, subprocess, sys, tempfile, time
+thermo rows) is reported. The real-layout workloads also report their main loop's own time
+(workload.json's `seconds`, from the first iteration to the last, without the master's
+initialisation, thread start-up and exit): its ratio, printed as "loop", tells a cost in the
+main loop from one in the start and end."""
+import json, os, re, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HUDDLE = os.path.join(ROOT, "target", "release", "huddle")
@@ -73,7 +76,7 @@ def programs():
         name, _, path = item.partition("=")
         path, _, threads = path.partition("@")
         threads = threads or str(THREADS)
-        found.append((f"{name}, {threads} threads", [path], dict(env, OMP_NUM_THREADS=threads)))
+        found.append((f"{name}, {threads} threads", [path], dict(env, OMP_NUM_THREADS=threads), None))
     for lang, pattern in (("c", "halo"), ("f", "stencil")):
         prog = os.path.join(ROOT, "build", "layouts", "layout-" + lang)
         if not os.access(prog, os.X_OK):
@@ -83,8 +86,10 @@ def programs():
         probe = 200
         wall, _, _ = run([prog, pattern, "--iterations", str(probe)], env)
         iters = max(probe, int(probe * SECONDS / max(wall, 1e-3)))
+        loop_dir = tempfile.mkdtemp(prefix="overhead-loop-")
         found.append((f"layout-{lang} {pattern}, {THREADS} threads, {iters} iterations",
-                      [prog, pattern, "--iterations", str(iters)], env))
+                      [prog, pattern, "--iterations", str(iters), "--out-dir", loop_dir], env,
+                      os.path.join(loop_dir, "workload.json")))
     if subprocess.run(["sh", "-c", "command -v lmp && command -v mpirun.openmpi"],
                       capture_output=True).returncode == 0:
         px = {2: 2, 4: 2, 8: 4, 16: 4}.get(RANKS, 1)
@@ -93,7 +98,7 @@ def programs():
                       ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                        "-np", str(RANKS), "lmp", "-in", os.path.join(ROOT, "tests", "apps", "in.lj"),
                        "-var", "px", str(px), "-var", "py", str(RANKS // px), "-var", "nsteps", steps,
-                       "-log", "none"], dict(os.environ)))
+                       "-log", "none"], dict(os.environ), None))
     return found
 
 
@@ -109,8 +114,10 @@ def main():
     print("| program | plain median (s) | " + " | ".join(CONFIGS[1:]) + " | CPU: " +
           " | CPU: ".join(HUDDLED) + " | same output |")
     print("|---|---:|" + "---|" * (len(CONFIGS) + len(HUDDLED)))
-    for name, cmd, env in programs():
+    loops = []
+    for name, cmd, env, loop_file in programs():
         wall = {c: [] for c in CONFIGS}
+        loop = {c: [] for c in CONFIGS}
         cpu = {c: [] for c in CONFIGS}
         outputs = {}
         run(cmd, env)  # warm the page cache, untimed
@@ -120,6 +127,10 @@ def main():
                 w, u, text = run(wrap(c, cmd), env)
                 wall[c].append(w)
                 cpu[c].append(u)
+                if loop_file:
+                    with open(loop_file) as f:
+                        loop[c].append(json.load(f)["seconds"])
+                    os.unlink(loop_file)
                 outputs.setdefault(result_of(text), []).append(f"{c} {r}")
             print(f"{name} round {r}: " + ", ".join(f"{c} {wall[c][-1]:.3f}s/{cpu[c][-1]:.2f}cpu"
                                                     for c in CONFIGS), file=sys.stderr, flush=True)
@@ -131,6 +142,21 @@ def main():
               " | ".join(cells(cpu_ratio[c]) for c in HUDDLED) + f" | {same} |", flush=True)
         for c in CONFIGS[1:]:
             print(f"  - {c}: " + ", ".join(f"{x:.3f}" for x in ratio[c]), flush=True)
+        if loop_file:
+            loop_ratio = {c: [x / p for x, p in zip(loop[c], loop["plain"])] for c in CONFIGS}
+            outside = {c: [w - x for w, x in zip(wall[c], loop[c])] for c in CONFIGS}
+            loops.append(f"| {name} | {statistics.median(loop['plain']):.3f} | " +
+                         " | ".join(cells(loop_ratio[c]) for c in CONFIGS[1:]) + " | " +
+                         " | ".join(f"{statistics.median(outside[c]) * 1e3:.0f}" for c in CONFIGS) +
+                         " |")
+    if loops:
+        print("\nThe main loop alone (workload.json's seconds): its time over plain's, median "
+              "(min-max), and the median of the rest of each run (wall - loop: initialisation, "
+              "start-up, exit), ms:\n")
+        print("| program | plain loop (s) | " + " | ".join(CONFIGS[1:]) + " | rest: " +
+              " | rest: ".join(CONFIGS) + " |")
+        print("|---|---:|" + "---|" * (2 * len(CONFIGS) - 1))
+        print("\n".join(loops), flush=True)
 
 
 if __name__ == "__main__":
