@@ -90,9 +90,11 @@
 //! program's discards and remaps), `rearm` (the re-arm thread: maps scan, page index, picks,
 //! taking pages out), `focus` (pages two tasks share), `maps` (what is eligible), `adopt`
 //! (`.data` made anonymous), `thp` (mappings left to the kernel's huge pages until filled),
-//! `huge` (a sampled transparent huge page re-armed whole, so it stays huge); this file
-//! holds the shared state and its lock, start-up, the fork hooks, the fault thread and the
-//! interposed `ioctl`.
+//! `huge` (a sampled transparent huge page re-armed whole, so it stays huge), `robust`
+//! (pages the kernel reads when a thread ends or execs), `thread_end` (the interposed
+//! `pthread_create`, so that an ending thread keeps those pages); this file holds the shared
+//! state and its lock, start-up, the fork hooks, the fault thread and the interposed
+//! `ioctl` and `mlock` calls.
 
 use agent_abi::env as agent_env;
 use agent_abi::ring::{self, RingView};
@@ -109,6 +111,7 @@ mod maps;
 mod rearm;
 mod robust;
 mod thp;
+mod thread_end;
 mod uffd;
 mod vault;
 
@@ -263,6 +266,9 @@ struct State {
     task_dir: c_int,
     /// Pages the kernel reads at execve, never taken out (see the robust module).
     exec_pages: robust::ExecPages,
+    /// The same for threads as they end through glibc (robust::keep_ending_thread); only
+    /// under the lock.
+    ending: robust::ExecPages,
     /// Whole passes of scan_maps so far.
     scans: u64,
     /// Mappings left to the kernel's huge pages until filled (see the thp module).
@@ -628,6 +634,8 @@ fn start() {
             }
             libc::pthread_attr_destroy(&mut attr);
         }
+        // After the helpers: they never end through glibc.
+        thread_end::arm();
     }
 }
 

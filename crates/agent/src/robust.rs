@@ -10,7 +10,8 @@
 //! or has no agent left to serve it (execve): the mutex stays locked by a dead thread, and
 //! the next lock waits for good instead of answering EOWNERDEAD. The entries' pages (their
 //! `next` word and their futex word) are kept too, as found at each collection (every
-//! SCAN_NS): a mutex locked and held by a thread that ends within that time is not covered.
+//! SCAN_NS), and by a thread that ends through glibc as it ends (the thread_end module:
+//! `ending`); a mutex locked by a thread that ends otherwise within SCAN_NS is not covered.
 
 use super::*;
 
@@ -33,7 +34,11 @@ pub(super) struct ExecPages {
     full: bool,
 }
 
-impl ExecPages {
+/// Where found pages go: the kept list, or an ending thread's few.
+trait Keep {
+    /// Keeps one page (once).
+    fn keep_page(&mut self, page: u64);
+
     /// Keeps the pages of a robust list head at `head` (0: the thread set none).
     fn add_head(&mut self, head: u64, page_size: u64) {
         if head != 0 {
@@ -58,20 +63,27 @@ impl ExecPages {
     fn add_bytes(&mut self, addr: u64, len: u64, page_size: u64) {
         let first = addr & !(page_size - 1);
         let last = addr.saturating_add(len - 1) & !(page_size - 1);
-        for page in [first, last] {
-            let Err(at) = self.pages[..self.n].binary_search(&page) else {
-                continue;
-            };
-            if self.n == EXEC_PAGES {
-                self.full = true;
-                return;
-            }
-            self.pages.copy_within(at..self.n, at + 1);
-            self.pages[at] = page;
-            self.n += 1;
-        }
+        self.keep_page(first);
+        self.keep_page(last);
     }
+}
 
+impl Keep for ExecPages {
+    fn keep_page(&mut self, page: u64) {
+        let Err(at) = self.pages[..self.n].binary_search(&page) else {
+            return;
+        };
+        if self.n == EXEC_PAGES {
+            self.full = true;
+            return;
+        }
+        self.pages.copy_within(at..self.n, at + 1);
+        self.pages[at] = page;
+        self.n += 1;
+    }
+}
+
+impl ExecPages {
     /// Whether [start, end) holds a page to keep (or they did not all fit).
     pub(super) fn meets(&self, start: u64, end: u64) -> bool {
         let listed = &self.pages[..self.n];
@@ -121,12 +133,63 @@ unsafe fn add_every_head(st: &mut State) {
 /// Robust list entries followed at most, a thread.
 const HELD_MAX: usize = 64;
 
+/// The pages of one ending thread: its head (two) and two for each entry followed.
+const FEW: usize = 2 + 2 * 2 * (HELD_MAX + 1);
+struct Few {
+    pages: [u64; FEW],
+    n: usize,
+}
+
+impl Keep for Few {
+    fn keep_page(&mut self, page: u64) {
+        if self.n < FEW && !self.pages[..self.n].contains(&page) {
+            self.pages[self.n] = page;
+            self.n += 1;
+        }
+    }
+}
+
+/// The calling thread ends (thread_end's destructor; the exit system call follows): the
+/// pages of its robust list head and of the robust mutexes it holds are kept from now on
+/// (st.ending, which drops ask about under the lock), and any of them out is put back.
+/// Read before the lock: reading a page that is out waits for the fault thread, which
+/// needs the lock. `ending` starts afresh when full: its threads ended long since.
+pub(super) unsafe fn keep_ending_thread(st: *mut State) {
+    let page_size = (*st).page;
+    let mut few = Few {
+        pages: [0; FEW],
+        n: 0,
+    };
+    let head = robust_head(0);
+    few.add_head(head, page_size);
+    add_held(&mut few, head, page_size);
+    lock();
+    let st = &mut *st;
+    if st.ending.n + few.n > EXEC_PAGES {
+        st.ending.n = 0;
+    }
+    for &page in &few.pages[..few.n] {
+        st.ending.keep_page(page);
+    }
+    for i in 0..SAVED {
+        if st.saved[i].addr != 0 && few.pages[..few.n].contains(&st.saved[i].addr) {
+            restore(st, i);
+        }
+    }
+    for &page in &few.pages[..few.n] {
+        if let Some(i) = st.huge.holding(page) {
+            huge::restore_window(st, i);
+        }
+    }
+    unlock();
+}
+
 /// Keeps the pages of the robust mutexes on the list at `head` (struct robust_list_head:
 /// next, futex_offset, list_op_pending). The list belongs to a running thread and changes
 /// under us: read with process_vm_readv, which fails instead of faulting on an address no
 /// longer mapped (a wrong page kept costs nothing but that page's samples). An entry's
 /// pages are kept before it is read: a page out is then put back by collect.
-unsafe fn add_held(pages: &mut ExecPages, head: u64, page_size: u64) {
+unsafe fn add_held(pages: &mut impl Keep, head: u64, page_size: u64) {
     let mut words = [0u64; 3];
     if head == 0 || !read_own(head, &mut words) {
         return;
@@ -162,7 +225,8 @@ unsafe fn read_own(addr: u64, out: &mut [u64]) -> bool {
     libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == len as isize
 }
 
-/// Thread `tid`'s robust list head (0: none, or the kernel would not say).
+/// Thread `tid`'s robust list head (tid 0: the calling thread's; 0: none, or the kernel
+/// would not say).
 unsafe fn robust_head(tid: u32) -> u64 {
     let mut head: *mut c_void = std::ptr::null_mut();
     let mut len: libc::size_t = 0;
@@ -263,6 +327,47 @@ mod tests {
             libc::pthread_mutex_unlock(m);
             assert!(st.exec_pages.holds(page), "held: on this thread's list");
             libc::close(st.task_dir);
+            libc::munmap(m as *mut c_void, PAGE);
+        }
+    }
+
+    #[test]
+    fn an_ending_thread_keeps_its_head_and_the_robust_mutexes_it_holds() {
+        let mut st = zeroed_state();
+        st.page = PAGE as u64;
+        let st_addr = &mut *st as *mut State as usize;
+        // SAFETY: a mutex of this test's own, locked by the thread that then "ends" (the
+        // destructor's call) and never unlocked: the thread really ends holding it.
+        unsafe {
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            ) as *mut libc::pthread_mutex_t;
+            let mut a: libc::pthread_mutexattr_t = std::mem::zeroed();
+            libc::pthread_mutexattr_init(&mut a);
+            libc::pthread_mutexattr_setrobust(&mut a, libc::PTHREAD_MUTEX_ROBUST);
+            libc::pthread_mutex_init(m, &a);
+            let m_addr = m as usize;
+            let head = std::thread::spawn(move || {
+                libc::pthread_mutex_lock(m_addr as *mut libc::pthread_mutex_t);
+                keep_ending_thread(st_addr as *mut State);
+                robust_head(0)
+            })
+            .join()
+            .unwrap();
+            assert!(st.ending.holds(m as u64), "the held mutex's page");
+            let page = head & !(PAGE as u64 - 1);
+            assert!(st.ending.meets(page, page + PAGE as u64), "the head's page");
+            assert!(
+                !st.exec_pages.meets(0, u64::MAX),
+                "the collected list is not touched"
+            );
+            // Its owner died holding it.
+            assert_eq!(libc::pthread_mutex_lock(m), libc::EOWNERDEAD);
             libc::munmap(m as *mut c_void, PAGE);
         }
     }

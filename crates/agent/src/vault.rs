@@ -437,14 +437,15 @@ pub(super) fn take_remapped(st: &mut State, start: u64, end: u64) -> bool {
 
 /// Whether [start, end) may be taken out now (caller holds the lock): no fork under way,
 /// no mapping change since the last scan of the maps or waiting to be handled, none of it
-/// discarded by the program lately, none of it read by the kernel at execve (the robust
-/// module), and no page of it out already.
+/// discarded by the program lately, none of it read by the kernel at execve or at a
+/// thread's end (the robust module), and no page of it out already.
 pub(super) fn may_drop(st: &State, start: u64, end: u64) -> bool {
     !held()
         && st.changes == st.scanned_changes
         && !st.events_waiting.load(Ordering::Acquire)
         && !recently_discarded(st, start, end)
         && !st.exec_pages.meets(start, end)
+        && !st.ending.meets(start, end)
         && !(st.saved.iter()).any(|x| x.addr != 0 && start <= x.addr && x.addr < end)
 }
 

@@ -13,10 +13,14 @@
  *                   mutex's page instead, and call exit(2) holding it; the kernel walks the
  *                   thread's robust list at exit to mark the mutex's owner dead, and the
  *                   main thread's lock must then answer EOWNERDEAD.
+ *   robust-return:  threads lock a robust mutex of their own, watch its page at once (up to
+ *                   0.3 s, so the agent may take it out before it looks at the robust
+ *                   lists), and end by returning (glibc's thread exit, destructors and
+ *                   all) holding it; the main thread's lock must answer EOWNERDEAD.
  * A child or thread not ended within 10 s hung: the program says so and fails.
  *
- * Usage: exec_child [COUNT [exec|exit|robust]]   Exit status 0 when all ended; prints how
- * many saw the page they watched out first.
+ * Usage: exec_child [COUNT [exec|exit|robust|robust-return]]
+ * Exit status 0 when all ended; prints how many saw the page they watched out first.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -137,17 +141,29 @@ __attribute__((noinline, optimize("no-stack-protector"))) static void *lock_watc
     return NULL;
 }
 
+__attribute__((noinline)) static void *lock_watch_return(void *arg) {
+    pthread_mutex_t *m = arg;
+    pthread_mutex_lock(m);
+    watch((uint64_t)(uintptr_t)m);
+    return NULL;
+}
+
 /* Threads that end holding a robust mutex: the next lock must say its owner died. */
-static void robust_mode(void) {
+static void robust_mode(void *(*thread)(void *)) {
     if (count > 64)
         count = 64;
-    for (int k = 0; k < count && !failed; k++) {
+    /* Every mutex made first, and time for the agent to see their pages as memory in use. */
+    for (int k = 0; k < count; k++) {
         pthread_mutexattr_t a;
         pthread_mutexattr_init(&a);
         pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
         pthread_mutex_init(&robust[k].m, &a);
+    }
+    struct timespec settle = {0, 300 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+    for (int k = 0; k < count && !failed; k++) {
         pthread_t t;
-        if (pthread_create(&t, NULL, lock_watch_exit, &robust[k].m) != 0) {
+        if (pthread_create(&t, NULL, thread, &robust[k].m) != 0) {
             perror("pthread_create");
             exit(2);
         }
@@ -169,13 +185,15 @@ int main(int argc, char **argv) {
     if (argc > 1)
         count = atoi(argv[1]);
     int exit_mode = argc > 2 && strcmp(argv[2], "exit") == 0;
-    int robust_threads = argc > 2 && strcmp(argv[2], "robust") == 0;
+    int robust_exit = argc > 2 && strcmp(argv[2], "robust") == 0;
+    int robust_return = argc > 2 && strcmp(argv[2], "robust-return") == 0;
+    int robust_threads = robust_exit || robust_return;
     if (pipe2(tell, O_CLOEXEC | O_NONBLOCK) != 0) {
         perror("pipe2");
         return 2;
     }
     if (robust_threads) {
-        robust_mode();
+        robust_mode(robust_exit ? lock_watch_exit : lock_watch_return);
     } else if (exit_mode) {
         for (int k = 0; k < count && !failed; k++) {
             pthread_t t;
