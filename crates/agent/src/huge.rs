@@ -313,7 +313,7 @@ pub(super) unsafe fn rearm_window(st: &mut State, view: &RingView, page: u64) ->
     lock();
     let free = (0..HUGE_SLOTS)
         .find(|&i| st.huge.slots[i].addr == 0 && !st.huge.dirty[i] && !st.huge.broken[i]);
-    let busy = !may_drop(st, w, w + size) || st.pending.active();
+    let busy = !may_drop(st, w, w + size) || st.pending.active() || !registered_now(st, w);
     let Some(i) = free.filter(|_| !busy) else {
         unlock();
         return true;

@@ -538,6 +538,10 @@ pub(super) unsafe fn drop_by_move(st: &mut State, view: &RingView, page: u64) {
         unlock();
         return;
     };
+    if !registered_now(st, page) {
+        unlock();
+        return;
+    }
     let dst = st.vault + (st.vault_next % VAULT_PAGES as u64) * PAGE as u64;
     let mut mv = UffdioMove {
         dst,
