@@ -153,7 +153,9 @@ impl Keep for Few {
 /// pages of its robust list head and of the robust mutexes it holds are kept from now on
 /// (st.ending, which drops ask about under the lock), and any of them out is put back.
 /// Read before the lock: reading a page that is out waits for the fault thread, which
-/// needs the lock. `ending` starts afresh when full: its threads ended long since.
+/// needs the lock. `ending` starts afresh when full: its threads ended long since. A put back
+/// that must wait for a mapping change is tried again, the lock let go in between (the
+/// fault thread takes it to read the change), up to PUT_BACK_TRIES times.
 pub(super) unsafe fn keep_ending_thread(st: *mut State) {
     let page_size = (*st).page;
     let mut few = Few {
@@ -163,26 +165,40 @@ pub(super) unsafe fn keep_ending_thread(st: *mut State) {
     let head = robust_head(0);
     few.add_head(head, page_size);
     add_held(&mut few, head, page_size);
+    let few = &few.pages[..few.n];
     lock();
     let st = &mut *st;
-    if st.ending.n + few.n > EXEC_PAGES {
+    if st.ending.n + few.len() > EXEC_PAGES {
         st.ending.n = 0;
     }
-    for &page in &few.pages[..few.n] {
+    for &page in few {
         st.ending.keep_page(page);
     }
-    for i in 0..SAVED {
-        if st.saved[i].addr != 0 && few.pages[..few.n].contains(&st.saved[i].addr) {
-            restore(st, i);
+    for _ in 0..PUT_BACK_TRIES {
+        let mut all_back = true;
+        for i in 0..SAVED {
+            if st.saved[i].addr != 0 && few.contains(&st.saved[i].addr) {
+                all_back &= restore(st, i);
+            }
         }
-    }
-    for &page in &few.pages[..few.n] {
-        if let Some(i) = st.huge.holding(page) {
-            huge::restore_window(st, i);
+        for &page in few {
+            if let Some(i) = st.huge.holding(page) {
+                all_back &= huge::restore_window(st, i);
+            }
         }
+        unlock();
+        if all_back {
+            return;
+        }
+        libc::sched_yield();
+        lock();
     }
     unlock();
 }
+
+/// See keep_ending_thread: a mapping change is read within microseconds, unless the fault
+/// thread is not running; then the thread ends without waiting longer.
+const PUT_BACK_TRIES: usize = 10_000;
 
 /// Keeps the pages of the robust mutexes on the list at `head` (struct robust_list_head:
 /// next, futex_offset, list_op_pending). The list belongs to a running thread and changes
