@@ -311,6 +311,25 @@ mod tests {
         assert_eq!(pages.n, 2);
     }
 
+    /// A robust mutex alone on a page of its own (the caller unmaps it).
+    unsafe fn robust_mutex_on_its_own_page() -> *mut libc::pthread_mutex_t {
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(m, libc::MAP_FAILED);
+        let m = m as *mut libc::pthread_mutex_t;
+        let mut a: libc::pthread_mutexattr_t = std::mem::zeroed();
+        libc::pthread_mutexattr_init(&mut a);
+        libc::pthread_mutexattr_setrobust(&mut a, libc::PTHREAD_MUTEX_ROBUST);
+        libc::pthread_mutex_init(m, &a);
+        m
+    }
+
     #[test]
     fn the_robust_mutexes_a_thread_holds_are_found() {
         let mut st = zeroed_state();
@@ -318,18 +337,7 @@ mod tests {
         // SAFETY: a mutex of this test's own, locked and unlocked by this thread; our own
         // /proc/self/task, closed below.
         unsafe {
-            let m = libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            ) as *mut libc::pthread_mutex_t;
-            let mut a: libc::pthread_mutexattr_t = std::mem::zeroed();
-            libc::pthread_mutexattr_init(&mut a);
-            libc::pthread_mutexattr_setrobust(&mut a, libc::PTHREAD_MUTEX_ROBUST);
-            libc::pthread_mutex_init(m, &a);
+            let m = robust_mutex_on_its_own_page();
             st.task_dir = libc::open(
                 c"/proc/self/task".as_ptr(),
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
@@ -355,18 +363,7 @@ mod tests {
         // SAFETY: a mutex of this test's own, locked by the thread that then "ends" (the
         // destructor's call) and never unlocked: the thread really ends holding it.
         unsafe {
-            let m = libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            ) as *mut libc::pthread_mutex_t;
-            let mut a: libc::pthread_mutexattr_t = std::mem::zeroed();
-            libc::pthread_mutexattr_init(&mut a);
-            libc::pthread_mutexattr_setrobust(&mut a, libc::PTHREAD_MUTEX_ROBUST);
-            libc::pthread_mutex_init(m, &a);
+            let m = robust_mutex_on_its_own_page();
             let m_addr = m as usize;
             let head = std::thread::spawn(move || {
                 libc::pthread_mutex_lock(m_addr as *mut libc::pthread_mutex_t);
