@@ -563,9 +563,9 @@ fn agent_keeps_pages_with_their_mapping_when_remaps_queue_late() {
 /// thread's robust list, and does not wait for a fault then; before the entries' pages were
 /// kept, the next lock timed out in every run (3 of 3, the first thread each time).
 /// Threads that lock one and end through glibc at once (robust-return), before the agent
-/// looks at the robust lists: their mutex's page may be out while they hold it (2 to 7 of
-/// 16 threads a run), and must be back when they end; before the thread_end module the
-/// first thread's mutex timed out in every run (6 of 6).
+/// looks at the robust lists: their mutex's page may be out while they hold it (1 to 6 of
+/// the 8 threads in each of 30 looped runs), and must be back when they end; before the
+/// thread_end module the first thread's mutex timed out in every run (6 of 6).
 #[test]
 fn fork_children_exec_and_threads_exit_while_their_agent_rearms() {
     let d = tmp("exec-child");
