@@ -8,6 +8,7 @@
 //! and the swap would be lost.
 
 use crate::maps;
+use crate::sys;
 use libc::{c_int, c_void};
 
 /// Mappings adopted at most (an executable and its libraries have a few dozen).
@@ -47,13 +48,11 @@ pub unsafe fn adopt_file_data(maps_fd: c_int, buf: &mut [u8]) -> u64 {
 /// read (past the end of a truncated file) instead of raising SIGBUS; the original then
 /// stays as it was.
 unsafe fn replace_with_copy(start: u64, len: usize) -> bool {
-    let tmp = libc::mmap(
+    let tmp = sys::mmap(
         std::ptr::null_mut(),
         len,
         libc::PROT_READ | libc::PROT_WRITE,
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
     );
     if tmp == libc::MAP_FAILED {
         return false;
@@ -68,7 +67,7 @@ unsafe fn replace_with_copy(start: u64, len: usize) -> bool {
     };
     let copied = libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0);
     let moved = copied == len as isize
-        && libc::mremap(
+        && sys::mremap(
             tmp,
             len,
             len,
@@ -76,7 +75,7 @@ unsafe fn replace_with_copy(start: u64, len: usize) -> bool {
             start as *mut c_void,
         ) != libc::MAP_FAILED;
     if !moved {
-        libc::munmap(tmp, len);
+        sys::munmap(tmp, len);
     }
     moved
 }

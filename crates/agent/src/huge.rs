@@ -247,7 +247,7 @@ pub(super) unsafe fn open(st: &mut State) {
         ioctls: 0,
     };
     if uffd_ioctl(st.uffd, UFFDIO_REGISTER, &mut reg as *mut _ as *mut c_void) != 0 {
-        libc::munmap(mapping, len as usize);
+        sys::munmap(mapping, len as usize);
         return;
     }
     let h = &mut st.huge;
@@ -262,7 +262,7 @@ pub(super) fn vault_range(h: &HugeVault) -> (u64, u64) {
 /// Unmaps the vault (a fork child's copy).
 pub(super) unsafe fn close(h: &HugeVault) {
     if h.mapping != 0 {
-        libc::munmap(h.mapping as *mut c_void, h.mapping_len as usize);
+        sys::munmap(h.mapping as *mut c_void, h.mapping_len as usize);
     }
 }
 
@@ -431,13 +431,11 @@ unsafe fn clean(st: &mut State) {
     for i in (0..HUGE_SLOTS).filter(|&i| dirty[i]) {
         let at = st.huge.slot_at(i);
         let size = st.huge.size;
-        let fresh = libc::mmap(
+        let fresh = sys::mmap(
             at as *mut c_void,
             size as usize,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-            -1,
-            0,
         );
         let mut reg = UffdioRegister {
             range: UffdioRange {

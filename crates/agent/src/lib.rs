@@ -110,6 +110,7 @@ mod huge;
 mod maps;
 mod rearm;
 mod robust;
+mod sys;
 mod thp;
 mod thread_end;
 mod uffd;
@@ -482,7 +483,7 @@ extern "C" fn after_fork_child() {
                 libc::close((*old).uffd);
             }
             if (*old).vault != 0 {
-                libc::munmap((*old).vault as *mut c_void, VAULT_PAGES * PAGE);
+                sys::munmap((*old).vault as *mut c_void, VAULT_PAGES * PAGE);
             }
             huge::close(&(*old).huge);
             if (*old).pidfd >= 0 {
@@ -501,9 +502,9 @@ extern "C" fn after_fork_child() {
                 libc::close((*old).thp.smaps);
             }
             if !(*old).ring.is_null() {
-                libc::munmap((*old).ring as *mut c_void, ring::file_size());
+                sys::munmap((*old).ring as *mut c_void, ring::file_size());
             }
-            libc::munmap(old as *mut c_void, std::mem::size_of::<State>());
+            sys::munmap(old as *mut c_void, std::mem::size_of::<State>());
         }
     }
     UFFD.store(-1, Ordering::Release);
@@ -557,7 +558,7 @@ fn start() {
         (*st).excluded[0] = (p as u64, p as u64 + size as u64);
         (*st).ring = open_ring(&dir);
         if (*st).ring.is_null() {
-            libc::munmap(p, size);
+            sys::munmap(p, size);
             return;
         }
         (*st).excluded[1] = (
@@ -712,8 +713,8 @@ unsafe fn guarded_stack(bytes: usize) -> *mut c_void {
     if p.is_null() {
         return p;
     }
-    if libc::mprotect(p, PAGE, libc::PROT_NONE) != 0 {
-        libc::munmap(p, PAGE + bytes);
+    if sys::mprotect(p, PAGE, libc::PROT_NONE) != 0 {
+        sys::munmap(p, PAGE + bytes);
         return std::ptr::null_mut();
     }
     (p as *mut u8).add(PAGE) as *mut c_void
@@ -723,13 +724,11 @@ unsafe fn guarded_stack(bytes: usize) -> *mut c_void {
 /// allows) so the kernel never merges it with a neighbouring mapping of the program:
 /// a merged mapping would either hide program memory or expose the agent's own.
 unsafe fn own_mapping(size: usize) -> *mut c_void {
-    let p = libc::mmap(
+    let p = sys::mmap(
         std::ptr::null_mut(),
         size,
         libc::PROT_READ | libc::PROT_WRITE,
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
     );
     if p == libc::MAP_FAILED {
         return std::ptr::null_mut();
@@ -740,7 +739,7 @@ unsafe fn own_mapping(size: usize) -> *mut c_void {
 
 /// Marks [p, p + size) as the agent's (see own_mapping).
 unsafe fn mark_own(p: *mut c_void, size: usize) {
-    libc::madvise(p, size, libc::MADV_DONTDUMP);
+    sys::madvise(p, size, libc::MADV_DONTDUMP);
     const PR_SET_VMA: c_int = 0x53564d41;
     const PR_SET_VMA_ANON_NAME: c_ulong = 0;
     libc::prctl(

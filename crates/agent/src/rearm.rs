@@ -394,7 +394,7 @@ pub(super) unsafe fn flush_shared(st: &mut State, view: &RingView) {
     for k in 0..n {
         let addr = st.shared_batch[k];
         // After a partial or failed batch, page by page (dropping a page twice is harmless).
-        if batched || libc::madvise(addr as *mut c_void, st.page as usize, libc::MADV_DONTNEED) == 0
+        if batched || sys::madvise(addr as *mut c_void, st.page as usize, libc::MADV_DONTNEED) == 0
         {
             view.header().rearmed_shared.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -436,7 +436,7 @@ pub(super) unsafe fn drop_by_remap(st: &mut State, view: &RingView, page: u64) {
     st.pending = Pending::start(page, dst, i);
     DROPPING.store(page, Ordering::SeqCst);
     unlock();
-    let moved = libc::mremap(
+    let moved = sys::mremap(
         page as *mut c_void,
         PAGE,
         PAGE,
@@ -451,7 +451,7 @@ pub(super) unsafe fn drop_by_remap(st: &mut State, view: &RingView, page: u64) {
     st.saved[i].reserved = false;
     unlock();
     if moved && !settled {
-        libc::mremap(
+        sys::mremap(
             dst as *mut c_void,
             PAGE,
             PAGE,

@@ -273,7 +273,7 @@ pub(super) unsafe fn prepare_vault(st: &mut State) -> bool {
             }
         }
         unlock();
-        libc::madvise(lo as *mut c_void, VAULT_CHUNK * PAGE, libc::MADV_DONTNEED);
+        sys::madvise(lo as *mut c_void, VAULT_CHUNK * PAGE, libc::MADV_DONTNEED);
         st.vault_clean_end += VAULT_CHUNK as u64;
     }
     true
@@ -361,9 +361,36 @@ pub(super) unsafe fn orphaned_by_unmap(st: &State, i: usize) -> bool {
     registered_here(st, st.saved[i].addr)
 }
 
-/// An address no process maps (below vm.mmap_min_addr), for asking the kernel with a copy
-/// that cannot be made.
-const UNREADABLE: u64 = 0x1000;
+/// A page of ours that nothing can read (PROT_NONE; never registered, as it is not
+/// writable), the source of the copy probe: the kernel's copy from it fails at once, EFAULT,
+/// and faults to no userfaultfd. It was address 0x1000, "below vm.mmap_min_addr"; but that
+/// is 4096 on the 2-core VM and root may map page 0 too: MPICH's `traffic` under `huddle run
+/// --source faults` had pages from 0 to 0x6000, registered with the agent, and a probe from
+/// 0x1000 while that page was out faulted to the fault thread with the re-arm thread
+/// holding the lock (hung in 3 of 6 runs). An address outside user space will not do: the
+/// kernel checks the source's range first (EINVAL). Made at the first probe, kept for good
+/// (a fork child has it too); where that mmap fails, such an address, so that every probe
+/// says "not registered" and nothing is taken out.
+static UNREADABLE: AtomicU64 = AtomicU64::new(0);
+
+unsafe fn unreadable() -> u64 {
+    let known = UNREADABLE.load(Ordering::Acquire);
+    if known != 0 {
+        return known;
+    }
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    let m = sys::mmap(std::ptr::null_mut(), PAGE, libc::PROT_NONE, flags);
+    if m == libc::MAP_FAILED {
+        return 1 << 63;
+    }
+    match UNREADABLE.compare_exchange(0, m as u64, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => m as u64,
+        Err(other) => {
+            sys::munmap(m, PAGE);
+            other
+        }
+    }
+}
 
 /// Whether `page` lies in memory registered with our userfaultfd now. Asked with a UFFDIO_COPY
 /// from an address that cannot be read, which changes nothing: the kernel answers EFAULT once
@@ -425,7 +452,7 @@ unsafe fn change_unread(st: &State, page: u64) -> bool {
 unsafe fn copy_probe(st: &State, page: u64) -> i32 {
     let mut c = UffdioCopy {
         dst: page,
-        src: UNREADABLE,
+        src: unreadable(),
         len: PAGE as u64,
         mode: UFFDIO_COPY_MODE_DONTWAKE,
         copy: 0,
@@ -498,7 +525,7 @@ pub(super) unsafe fn open_vault(st: *mut State, registered: bool) {
         &mut reg as *mut _ as *mut c_void,
     ) != 0
     {
-        libc::munmap(vault, VAULT_PAGES * PAGE);
+        sys::munmap(vault, VAULT_PAGES * PAGE);
         return;
     }
     (*st).vault = vault as u64;
@@ -868,6 +895,58 @@ mod tests {
             assert_eq!((st.saved[0].addr, st.saved[0].orphan), (0, false));
             libc::munmap(here as *mut c_void, PAGE);
             libc::munmap(to as *mut c_void, PAGE);
+            libc::close(fd);
+        }
+    }
+
+    /// The probe reads nothing the program may map: with page 0x1000 mapped, registered and
+    /// missing (its contents out), a probe elsewhere answers at once, and right. With the old
+    /// source, 0x1000, it waited for a fault thread (here: none) and the test failed.
+    #[test]
+    fn the_probe_never_reads_memory_a_program_may_map() {
+        // SAFETY: page 0x1000 is mapped here only if free (MAP_FIXED_NOREPLACE) and unmapped
+        // below; the probing thread is released (a zero page there) before any failure.
+        unsafe {
+            let Some((st, fd)) = state_with_uffd(0) else {
+                return;
+            };
+            let low = libc::mmap(
+                0x1000 as *mut c_void,
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            );
+            if low as u64 != 0x1000 {
+                eprintln!("skipped: page 0x1000 cannot be mapped here (vm.mmap_min_addr)");
+                libc::close(fd);
+                return;
+            }
+            register(fd, 0x1000, PAGE as u64);
+            let ours = one_page();
+            register(fd, ours, PAGE as u64);
+            let st_addr = &*st as *const State as usize;
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(registered_now(&*(st_addr as *const State), ours));
+            });
+            let answer = rx.recv_timeout(std::time::Duration::from_secs(5));
+            if answer.is_err() {
+                let mut z = UffdioZeropage {
+                    range: UffdioRange {
+                        start: 0x1000,
+                        len: PAGE as u64,
+                    },
+                    mode: 0,
+                    zeropage: 0,
+                };
+                uffd_ioctl(fd, UFFDIO_ZEROPAGE, &mut z as *mut _ as *mut c_void);
+                let _ = rx.recv_timeout(std::time::Duration::from_secs(5));
+            }
+            assert_eq!(answer, Ok(true), "the probe waited on page 0x1000");
+            libc::munmap(0x1000 as *mut c_void, PAGE);
+            libc::munmap(ours as *mut c_void, PAGE);
             libc::close(fd);
         }
     }

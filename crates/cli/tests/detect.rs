@@ -592,6 +592,24 @@ fn fork_children_exec_and_threads_exit_while_their_agent_rearms() {
     }
 }
 
+/// A program whose mremap drops its new address, as UCX's memory hooks (libucm, loaded by
+/// MPICH's and Open MPI's UCX transports) do for the whole process
+/// (crates/cli/tests/hooked_mremap.c): the agent's own calls went through it, and its
+/// adoption of `.data` moved the copy to address 0 (pages 0 to 0x11000 mapped; with the
+/// copy probe then reading from 0x1000, the program hung). The agent now makes its memory
+/// system calls itself (crates/agent/src/sys.rs).
+#[test]
+fn a_program_that_hooks_mremap_keeps_its_data_where_it_was() {
+    let d = tmp("hooked-mremap");
+    let (out, err) = detect_c_program_with(&d, "hooked_mremap", &[], &[]);
+    assert!(out.contains("all checks held"), "{out}{err}");
+    let stats = &json_file(&d.join("m.json"))["stats"];
+    assert!(
+        stats["adopted_pages"].as_u64().unwrap_or(0) > 0,
+        "the agent adopted .data: {stats}"
+    );
+}
+
 /// The agent skips most of a scan while the maps text stays the same; a mapping made after
 /// its first second (its only shared memory) must still be found and re-armed before the
 /// periodic whole scan (every 4 s) would find it.
