@@ -4,14 +4,15 @@
 //! their own, and pass an mremap on without its new address, so the agent's MREMAP_FIXED
 //! moves went to address 0 (MPICH's `traffic` under `huddle run --source faults`: `.data`
 //! adopted to pages 0 to 0x6000, which the agent then registered and re-armed; 2026-11-30).
-//! Nor may the helper threads wait on a program's lock. libc::syscall is not hooked.
+//! Nor may the helper threads wait on a program's lock. libc::syscall is not hooked. Its
+//! arguments are passed as longs: an int's upper half in the register is not defined.
 
 use libc::{c_int, c_long, c_void};
 
 /// mmap(2); MAP_FAILED on failure, errno set.
 pub(crate) unsafe fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int) -> *mut c_void {
-    let fd: c_long = -1;
-    libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, 0 as c_long) as *mut c_void
+    let (prot, flags, fd, offset) = (prot as c_long, flags as c_long, -1 as c_long, 0 as c_long);
+    libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, offset) as *mut c_void
 }
 
 /// munmap(2).
@@ -27,15 +28,22 @@ pub(crate) unsafe fn mremap(
     flags: c_int,
     new: *mut c_void,
 ) -> *mut c_void {
-    libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new) as *mut c_void
+    libc::syscall(
+        libc::SYS_mremap,
+        old,
+        old_len,
+        new_len,
+        flags as c_long,
+        new,
+    ) as *mut c_void
 }
 
 /// madvise(2).
 pub(crate) unsafe fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
-    libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int
+    libc::syscall(libc::SYS_madvise, addr, len, advice as c_long) as c_int
 }
 
 /// mprotect(2).
 pub(crate) unsafe fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
-    libc::syscall(libc::SYS_mprotect, addr, len, prot) as c_int
+    libc::syscall(libc::SYS_mprotect, addr, len, prot as c_long) as c_int
 }
